@@ -1,0 +1,70 @@
+"""Greedy decoding speed on the story model: KV cache against full recompute of the prefix at every step.
+
+    python bench/decode_speed.py [--rounds 3]
+
+Both methods continue the first sentence of each of the 60 dev stories to the end of the story, in the
+same run; the figure is generated tokens per second (best of the rounds), and their ratio.
+"""
+
+import argparse
+import time
+
+import numpy as np
+
+import engine
+from engine import stories
+
+
+def greedy_with_cache(model, ids, max_new_tokens):
+    cache = model.new_cache()
+    scores = model.decode(ids, cache)[-1]
+    out = []
+    while len(out) < max_new_tokens:
+        token = int(np.argmax(scores))
+        out.append(token)
+        if token == model.end_token_id or cache.length == model.context_length:
+            break
+        scores = model.decode([token], cache)[-1]
+    return out
+
+
+def greedy_full_recompute(model, ids, max_new_tokens):
+    ids, out = list(ids), []
+    while len(out) < max_new_tokens:
+        token = int(np.argmax(model.logits(ids)[-1]))  # the whole prefix again, every step
+        out.append(token)
+        ids.append(token)
+        if token == model.end_token_id or len(ids) == model.context_length:
+            break
+    return out
+
+
+def tokens_per_second(method, model, prompts, rounds):
+    best = 0.0
+    for _ in range(rounds):
+        started, generated = time.perf_counter(), 0
+        outputs = [method(model, ids, 60) for ids in prompts]
+        generated = sum(len(o) for o in outputs)
+        best = max(best, generated / (time.perf_counter() - started))
+    return best, outputs
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    model = engine.load_model()
+    _train, dev, _test = stories.split()
+    prompts = [model.tokenizer.encode(stories.first_sentence(s)) for s in dev]
+    cached, cached_out = tokens_per_second(greedy_with_cache, model, prompts, args.rounds)
+    full, full_out = tokens_per_second(greedy_full_recompute, model, prompts, args.rounds)
+    assert cached_out == full_out, "the two methods must generate the same tokens"
+    print(f"greedy decoding, 60 dev stories, {sum(map(len, cached_out))} tokens, best of {args.rounds}")
+    print(f"  KV cache        {cached:9.0f} tokens/s")
+    print(f"  full recompute  {full:9.0f} tokens/s")
+    print(f"  ratio           {cached / full:9.2f}x")
+    print("command: python bench/decode_speed.py")
+
+
+if __name__ == "__main__":
+    main()

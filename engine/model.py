@@ -1,0 +1,213 @@
+"""The story model: a one-block GPT in numpy, float32 end to end.
+
+Written as small pure functions in the style of picoGPT, each with a shape comment. `forward` is the one
+forward pass: with no cache it scores every position (the full forward); with a `KVCache` it scores only
+the new positions and keeps their keys and values (incremental decode). Training calls the same `forward`
+with an `acts` dict to keep the activations its backward pass needs.
+
+Parameters are a plain dict of float32 arrays named as in the checkpoint:
+    wte [vocab, d]  wpe [ctx, d]  ln1.g/.b [d]  attn.w_qkv [d, 3d]  attn.b_qkv [3d]  attn.w_out [d, d]
+    attn.b_out [d]  ln2.g/.b [d]  mlp.w_in [d, m]  mlp.b_in [m]  mlp.w_out [m, d]  mlp.b_out [d]
+    lnf.g/.b [d]  head.w [d, vocab]  head.b [vocab]
+"""
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+LAYER_NORM_EPS = 1e-5
+GELU_C = math.sqrt(2.0 / math.pi)  # a Python float: it keeps float32 arrays float32
+
+
+@dataclass(frozen=True)
+class Config:
+    vocab_size: int = 96  # token scores the model produces; the tokenizer's vocabulary
+    context_length: int = 64  # positions in the learned position table: the longest text the model sees
+    d_model: int = 128  # width of the residual stream
+    n_heads: int = 8  # attention heads; each sees d_model // n_heads dimensions
+    d_mlp: int = 512  # hidden width of the MLP
+
+    def __post_init__(self):
+        for name, value in asdict(self).items():
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"config {name} must be a positive int, got {value!r}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        d, m, v = self.d_model, self.d_mlp, self.vocab_size
+        return {
+            "wte": (v, d), "wpe": (self.context_length, d),
+            "ln1.g": (d,), "ln1.b": (d,),
+            "attn.w_qkv": (d, 3 * d), "attn.b_qkv": (3 * d,), "attn.w_out": (d, d), "attn.b_out": (d,),
+            "ln2.g": (d,), "ln2.b": (d,),
+            "mlp.w_in": (d, m), "mlp.b_in": (m,), "mlp.w_out": (m, d), "mlp.b_out": (d,),
+            "lnf.g": (d,), "lnf.b": (d,),
+            "head.w": (d, v), "head.b": (v,),
+        }  # fmt: skip
+
+
+def init_params(config: Config, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """GPT-2 style initialisation: normal(0, 0.02) matrices, zero biases, unit LayerNorm gains."""
+    params = {}
+    for name, shape in config.param_shapes().items():
+        if name.endswith(".g"):
+            params[name] = np.ones(shape, np.float32)
+        elif len(shape) == 1:
+            params[name] = np.zeros(shape, np.float32)
+        else:
+            params[name] = (rng.standard_normal(shape) * 0.02).astype(np.float32)
+    return params
+
+
+def layer_norm(x, g, b):  # [..., d] -> [..., d]
+    inv_d = 1.0 / x.shape[-1]  # sums times 1/d: ndarray.mean costs 4x more per call on one row
+    centered = x - x.sum(axis=-1, keepdims=True) * inv_d
+    var = (centered * centered).sum(axis=-1, keepdims=True) * inv_d
+    return centered / np.sqrt(var + LAYER_NORM_EPS) * g + b
+
+
+def gelu(x):  # [...] -> [...], the tanh approximation GPT-2 uses: 0.5 x (1 + tanh(c (x + 0.044715 x^3)))
+    y = x * x  # computed in place: this is the costliest elementwise step of training
+    y *= GELU_C * 0.044715
+    y += GELU_C
+    y *= x
+    np.tanh(y, out=y)
+    y += 1.0
+    y *= x
+    y *= 0.5
+    return y
+
+
+def linear(x, w, b):  # [..., i] @ [i, o] + [o] -> [..., o], as one matrix product over all rows
+    if x.ndim == 2:
+        return x @ w + b
+    return (x.reshape(-1, x.shape[-1]) @ w).reshape(*x.shape[:-1], w.shape[-1]) + b
+
+
+def softmax(x, axis=-1):  # [..., n] -> [..., n]
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def split_heads(x, n_heads):  # [..., T, d] -> [..., H, T, d/H]
+    *lead, t, d = x.shape
+    return x.reshape(*lead, t, n_heads, d // n_heads).swapaxes(-2, -3)
+
+
+def merge_heads(x):  # [..., H, T, dh] -> [..., T, H*dh]
+    *lead, h, t, dh = x.shape
+    return x.swapaxes(-2, -3).reshape(*lead, t, h * dh)
+
+
+def causal_attention_weights(q, k):  # [..., H, Tq, dh], [..., H, Tk, dh] -> [..., H, Tq, Tk]
+    """Softmax attention of the queries, which are the last Tq of the Tk positions, over earlier keys."""
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    scores = (q @ k.swapaxes(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
+    if t_q > 1:  # a single new query is the last position and may see every key
+        future = np.triu(np.ones((t_q, t_k), dtype=bool), k=t_k - t_q + 1)  # key after the query
+        scores[..., future] = -np.inf
+    return softmax(scores)
+
+
+class KVCache:
+    """Keys and values of every position seen so far, preallocated for the whole context.
+
+    Appending writes rows in place (no per-token copies); truncating to n positions is O(1)."""
+
+    def __init__(self, config: Config):
+        shape = (config.n_heads, config.context_length, config.d_head)
+        self.k = np.zeros(shape, np.float32)
+        self.v = np.zeros(shape, np.float32)
+        self.length = 0
+
+    def append(self, k, v):  # [H, T, dh] each -> views [H, length, dh] of every position so far
+        start, end = self.length, self.length + k.shape[-2]
+        if end > self.k.shape[-2]:
+            raise ValueError(f"cannot cache position {end - 1}: the model has only {self.k.shape[-2]} positions")
+        self.k[:, start:end] = k
+        self.v[:, start:end] = v
+        self.length = end
+        return self.k[:, :end], self.v[:, :end]
+
+    def truncate(self, length: int) -> None:
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot truncate a cache of {self.length} positions to {length}")
+        self.length = length
+
+
+def forward(params, config: Config, ids, cache: KVCache | None = None, acts: dict | None = None):
+    """[..., T] token ids -> [..., T, vocab] scores.
+
+    With a cache, `ids` continue the cached text (one sequence, no batch dimension) and their keys and
+    values are appended to it. With `acts`, the activations the backward pass needs are stored there."""
+    start = cache.length if cache is not None else 0
+    t = ids.shape[-1]
+    x = params["wte"][ids] + params["wpe"][start : start + t]  # [..., T, d]
+    h = layer_norm(x, params["ln1.g"], params["ln1.b"])
+    qkv = linear(h, params["attn.w_qkv"], params["attn.b_qkv"])  # [..., T, 3d]
+    d = config.d_model
+    q, k, v = (split_heads(qkv[..., i : i + d], config.n_heads) for i in (0, d, 2 * d))  # [..., H, T, dh]
+    if cache is not None:
+        k, v = cache.append(k, v)  # [H, start + T, dh]
+    weights = causal_attention_weights(q, k)  # [..., H, T, start + T]
+    attn = merge_heads(weights @ v)  # [..., T, d]
+    x2 = x + linear(attn, params["attn.w_out"], params["attn.b_out"])
+    h2 = layer_norm(x2, params["ln2.g"], params["ln2.b"])
+    u = linear(h2, params["mlp.w_in"], params["mlp.b_in"])  # [..., T, m]
+    m = gelu(u)
+    x3 = x2 + linear(m, params["mlp.w_out"], params["mlp.b_out"])
+    hf = layer_norm(x3, params["lnf.g"], params["lnf.b"])
+    scores = linear(hf, params["head.w"], params["head.b"])  # [..., T, vocab]
+    if acts is not None:
+        acts.update(x=x, h=h, q=q, k=k, v=v, weights=weights, attn=attn, x2=x2, h2=h2, u=u, m=m, x3=x3, hf=hf)
+    return scores
+
+
+class StoryModel:
+    """The shipped story model: parameters, config and tokenizer behind the engine's model surface."""
+
+    def __init__(self, params, config: Config, tokenizer, name: str = "story model", weights_sha256: str = ""):
+        self.params = params
+        self.config = config
+        self.tokenizer = tokenizer
+        self.name = name
+        self.weights_sha256 = weights_sha256
+        self.end_token_id = tokenizer.newline_id  # a story ends with its line
+
+    @property
+    def context_length(self) -> int:
+        return self.config.context_length
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    def logits(self, ids) -> np.ndarray:
+        """The full forward: token ids [T] -> float32 scores [T, vocab] for every position."""
+        return forward(self.params, self.config, self._checked_ids(ids, already=0))
+
+    def new_cache(self) -> KVCache:
+        return KVCache(self.config)
+
+    def decode(self, ids, cache: KVCache) -> np.ndarray:
+        """Incremental decode: the ids continue the cached text -> float32 scores [len(ids), vocab]."""
+        return forward(self.params, self.config, self._checked_ids(ids, already=cache.length), cache)
+
+    def _checked_ids(self, ids, already: int) -> np.ndarray:
+        array = np.asarray(ids)
+        if array.ndim != 1 or array.size == 0 or not np.issubdtype(array.dtype, np.integer):
+            raise ValueError(f"ids must be a non-empty 1-D sequence of ints, got {ids!r:.80}")
+        if array.min() < 0 or array.max() >= self.vocab_size:
+            raise ValueError(f"token ids must be from 0 to {self.vocab_size - 1}, got {array.min()}..{array.max()}")
+        if already + array.size > self.context_length:
+            raise ValueError(
+                f"cannot forward {array.size} tokens after {already}: the model has only "
+                f"{self.context_length} positions"
+            )
+        return array

@@ -1,0 +1,18 @@
+"""The shipped model's quality under greedy decoding, on the 60 dev stories (the issue's figure)."""
+
+from engine import stories
+from engine.generation import greedy_continue
+
+
+def test_greedy_stories_from_the_dev_first_sentences(story_model):
+    _train, dev, _test = stories.split()
+    well_formed = keeps = 0
+    for story in dev:
+        first = stories.first_sentence(story)
+        text, stopped = greedy_continue(story_model, first)
+        verdict = stories.follows_story(first, text)
+        well_formed += verdict["well_formed"]
+        keeps += verdict["keeps_color_and_object"]
+        assert stopped == "end of story"
+    assert well_formed == 60
+    assert keeps >= 57
