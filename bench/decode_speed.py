@@ -3,7 +3,8 @@
     python bench/decode_speed.py [--rounds 3]
 
 Both methods continue the first sentence of each of the 60 dev stories to the end of the story, in the
-same run; the figure is generated tokens per second (best of the rounds), and their ratio.
+same run; the figure is generated tokens per second (best of the rounds), and their ratio. A third line
+shows the product's path, engine.generate (a Session: the same KV-cache decode plus each step's record).
 """
 
 import argparse
@@ -22,7 +23,7 @@ def greedy_with_cache(model, ids, max_new_tokens):
     while len(out) < max_new_tokens:
         token = int(np.argmax(scores))
         out.append(token)
-        if token == model.end_token_id or cache.length == model.context_length:
+        if token in model.end_token_ids or cache.length == model.context_length:
             break
         scores = model.decode([token], cache)[-1]
     return out
@@ -34,9 +35,14 @@ def greedy_full_recompute(model, ids, max_new_tokens):
         token = int(np.argmax(model.logits(ids)[-1]))  # the whole prefix again, every step
         out.append(token)
         ids.append(token)
-        if token == model.end_token_id or len(ids) == model.context_length:
+        if token in model.end_token_ids or len(ids) == model.context_length:
             break
     return out
+
+
+def greedy_session(model, ids, max_new_tokens):
+    prompt = model.tokenizer.decode(ids)
+    return [s.token_id for s in engine.generate(model, prompt, max_new_tokens=max_new_tokens).steps]
 
 
 def tokens_per_second(method, model, prompts, rounds):
@@ -58,11 +64,13 @@ def main():
     prompts = [model.tokenizer.encode(stories.first_sentence(s)) for s in dev]
     cached, cached_out = tokens_per_second(greedy_with_cache, model, prompts, args.rounds)
     full, full_out = tokens_per_second(greedy_full_recompute, model, prompts, args.rounds)
-    assert cached_out == full_out, "the two methods must generate the same tokens"
+    session, session_out = tokens_per_second(greedy_session, model, prompts, args.rounds)
+    assert cached_out == full_out == session_out, "the methods must generate the same tokens"
     print(f"greedy decoding, 60 dev stories, {sum(map(len, cached_out))} tokens, best of {args.rounds}")
     print(f"  KV cache        {cached:9.0f} tokens/s")
     print(f"  full recompute  {full:9.0f} tokens/s")
     print(f"  ratio           {cached / full:9.2f}x")
+    print(f"  engine.generate {session:9.0f} tokens/s  (KV cache + sampling stages + step records)")
     print("command: python bench/decode_speed.py")
 
 

@@ -9,14 +9,13 @@ import time
 
 import engine
 from engine import stories
-from engine.generation import greedy_continue
 
 
 def score(model, split):
     well_formed = keeps = 0
     for story in split:
         first = stories.first_sentence(story)
-        verdict = stories.follows_story(first, greedy_continue(model, first)[0])
+        verdict = stories.follows_story(first, engine.generate(model, first).text)
         well_formed += verdict["well_formed"]
         keeps += verdict["keeps_color_and_object"]
     return well_formed, keeps

@@ -2,6 +2,10 @@
 
 from .checkpoint import load_story_model, resources_dir
 from .model import Config, StoryModel
+from .rules import CommandTool, Rule
+from .sampling import Settings, next_token_probs
+from .session import GenerationResult, Session, generate
+from .steps import Candidates, Step
 
 __version__ = "0.1.0"
 
@@ -11,4 +15,7 @@ def load_model(path=None):
     return load_story_model(path)
 
 
-__all__ = ["Config", "StoryModel", "load_model", "resources_dir", "__version__"]
+__all__ = [
+    "Candidates", "CommandTool", "Config", "GenerationResult", "Rule", "Session", "Settings", "Step",
+    "StoryModel", "generate", "load_model", "next_token_probs", "resources_dir", "__version__",
+]  # fmt: skip

@@ -178,7 +178,8 @@ class StoryModel:
         self.tokenizer = tokenizer
         self.name = name
         self.weights_sha256 = weights_sha256
-        self.end_token_id = tokenizer.newline_id  # a story ends with its line
+        self.end_token_ids = frozenset({tokenizer.newline_id})  # a story ends with its line
+        self.end_reason = "end of story"
 
     @property
     def context_length(self) -> int:
@@ -201,10 +202,11 @@ class StoryModel:
 
     def _checked_ids(self, ids, already: int) -> np.ndarray:
         array = np.asarray(ids)
-        if array.ndim != 1 or array.size == 0 or not np.issubdtype(array.dtype, np.integer):
+        if array.ndim != 1 or array.size == 0 or array.dtype.kind not in "iu":
             raise ValueError(f"ids must be a non-empty 1-D sequence of ints, got {ids!r:.80}")
-        if array.min() < 0 or array.max() >= self.vocab_size:
-            raise ValueError(f"token ids must be from 0 to {self.vocab_size - 1}, got {array.min()}..{array.max()}")
+        low, high = (min(ids), max(ids)) if isinstance(ids, list) else (array.min(), array.max())
+        if low < 0 or high >= self.vocab_size:
+            raise ValueError(f"token ids must be from 0 to {self.vocab_size - 1}, got {low}..{high}")
         if already + array.size > self.context_length:
             raise ValueError(
                 f"cannot forward {array.size} tokens after {already}: the model has only "

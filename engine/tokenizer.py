@@ -79,6 +79,9 @@ class Tokenizer:
         self.newline_id = self.ids["\n"]
         self.encode_piece = lru_cache(maxsize=None)(self._encode_piece)
 
+    def __reduce__(self):  # pickles as its merges (the encode cache is rebuilt)
+        return (Tokenizer, (self.merges,))
+
     @property
     def vocab_size(self) -> int:
         return len(self.tokens)

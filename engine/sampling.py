@@ -1,0 +1,141 @@
+"""From one row of scores to the probabilities a token is drawn from, and the draw itself.
+
+The chain, in this order (as in llama.cpp's sampler chain, each stage renormalises what it keeps):
+
+    1. temperature  T = 0: all probability on the highest score (ties: the lowest token id);
+                    T > 0: softmax(scores / T); T = 1 is exactly the plain softmax
+    2. top-k        keep exactly k tokens: the highest scores, ties to the lower token id
+    3. top-p        keep the smallest set of most likely tokens whose probabilities sum to >= p (>= 1 token)
+    4. min-p        keep the tokens whose probability is >= min_p * the top probability
+
+Neutral settings are no-ops: top_k None, top_p None or 1, min_p None or 0. Every stage keeps a prefix of
+the tokens ranked by score (`rank_by_score`), so the filters work on that ranking.
+"""
+
+import math
+import numbers
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+MIN_TEMPERATURE = 0.01  # the floor guards against overflow in scores / T
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What shapes generation; validated when made (top_k's upper bound by `check_vocab`)."""
+
+    max_new_tokens: int = 60  # tokens to generate at most
+    temperature: float = 0.0  # 0 = greedy
+    top_k: int | None = None  # None = off
+    top_p: float | None = None  # None = off
+    min_p: float | None = None  # None = off
+    seed: int = 0  # for random.Random: one draw per sampled token
+
+    def __post_init__(self):
+        t = self.temperature
+        if not _is_number(t) or not math.isfinite(t) or t < 0 or 0 < t < MIN_TEMPERATURE:
+            raise ValueError(f"temperature must be 0 or a finite number >= {MIN_TEMPERATURE}, got {t!r}")
+        if self.top_k is not None and (not _is_int(self.top_k) or self.top_k < 1):
+            raise ValueError(f"top_k must be an int from 1 to the vocabulary size, or None; got {self.top_k!r}")
+        p = self.top_p
+        if p is not None and (not _is_number(p) or not 0 < p <= 1):  # NaN fails the comparison too
+            raise ValueError(f"top_p must be a number in (0, 1], or None; got {p!r}")
+        m = self.min_p
+        if m is not None and (not _is_number(m) or not 0 <= m <= 1):
+            raise ValueError(f"min_p must be a number in [0, 1], or None; got {m!r}")
+        if not _is_int(self.max_new_tokens) or self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be a positive int, got {self.max_new_tokens!r}")
+        if not _is_int(self.seed):
+            raise ValueError(f"seed must be an int, got {self.seed!r}")
+
+    def check_vocab(self, vocab_size: int) -> "Settings":
+        if self.top_k is not None and self.top_k > vocab_size:
+            raise ValueError(f"top_k must be an int from 1 to {vocab_size} (the vocabulary size), got {self.top_k}")
+        return self
+
+    def to_dict(self) -> dict:
+        return {k: (v if v is None else (int(v) if _is_int(v) else float(v))) for k, v in asdict(self).items()}
+
+
+def softmax(scores):  # [V] -> [V], float32 in, float32 out
+    e = np.exp(scores - scores.max())
+    return e / e.sum()
+
+
+def rank_by_score(scores):  # [V] -> [V] token ids, highest score first, ties to the lower id
+    return np.argsort(-scores, kind="stable")
+
+
+def apply_temperature(scores, temperature: float):  # [V] -> [V]
+    if temperature == 0:
+        probs = np.zeros_like(scores)
+        probs[np.argmax(scores)] = 1.0  # argmax returns the first, i.e. lowest, id among ties
+        return probs
+    return softmax(scores / temperature)
+
+
+def keep(probs, kept_ids):  # zero every token not in kept_ids, renormalise
+    out = np.zeros_like(probs)
+    out[kept_ids] = probs[kept_ids]
+    return out / out.sum()
+
+
+def apply_top_k(probs, ranking, k: int | None):
+    if k is None or k >= len(probs):
+        return probs
+    return keep(probs, ranking[:k])
+
+
+def apply_top_p(probs, ranking, p: float | None):
+    if p is None or p >= 1:
+        return probs
+    cumulative = np.cumsum(probs[ranking])
+    count = int(np.searchsorted(cumulative, p, side="left")) + 1  # first prefix with sum >= p
+    return keep(probs, ranking[: min(count, len(probs))])
+
+
+def apply_min_p(probs, min_p: float | None):
+    if not min_p:
+        return probs
+    return keep(probs, np.flatnonzero(probs >= min_p * probs.max()))
+
+
+def sampling_stages(scores, settings: Settings, ranking=None, raw=None):
+    """-> (after temperature, after top-k, final) probabilities, each [V] float32.
+
+    `raw`, the plain softmax if the caller has it, is reused as is at temperature 1 (it is identical)."""
+    ranking = rank_by_score(scores) if ranking is None else ranking
+    if settings.temperature == 1 and raw is not None:
+        tempered = raw
+    else:
+        tempered = apply_temperature(scores, settings.temperature)
+    top_k = apply_top_k(tempered, ranking, settings.top_k)
+    final = apply_min_p(apply_top_p(top_k, ranking, settings.top_p), settings.min_p)
+    return tempered, top_k, final
+
+
+def next_token_probs(scores, temperature, top_k=None, top_p=None, min_p=None):
+    """One row of scores -> the probabilities the draw uses (float32, sums to 1)."""
+    scores = np.asarray(scores, dtype=np.float32)
+    if scores.ndim != 1 or scores.size == 0:
+        raise ValueError(f"scores must be one non-empty row, got shape {scores.shape}")
+    settings = Settings(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p).check_vocab(scores.size)
+    return sampling_stages(scores, settings)[-1]
+
+
+def draw(probs, u: float) -> int:
+    """The token whose cumulative-probability interval holds u in [0, 1), in token-id order."""
+    cumulative = np.cumsum(probs)
+    index = int(np.searchsorted(cumulative, u, side="right"))
+    if index >= len(probs) or probs[index] == 0:  # u beyond the rounded total: the last possible token
+        index = int(np.flatnonzero(probs)[-1])
+    return index

@@ -1,0 +1,320 @@
+"""THE generation loop. Everything that generates (generate(), the CLI, the window, replay, the benches)
+drives a Session: it holds the text so far and the KV cache, takes one step at a time, and lets a person
+or a rule steer between two steps.
+
+Every change to a session is one logged action (sample, force, insert, choose, rewind); replaying the log
+on a fresh session repeats the same forward passes in the same chunks, so a trace replays bit for bit.
+"""
+
+import random
+from dataclasses import dataclass
+
+import numpy as np
+
+from .rules import Rule
+from .sampling import Settings, draw
+from .steps import Step, StepMaker
+
+
+class Session:
+    def __init__(self, model, prompt, max_new_tokens=60, temperature=0.0, top_k=None, top_p=None, min_p=None,
+                 seed=0, rules=()):  # fmt: skip
+        self.settings = Settings(max_new_tokens, temperature, top_k, top_p, min_p, seed).check_vocab(model.vocab_size)
+        if not isinstance(prompt, str):
+            raise ValueError(f"prompt must be a string, got {type(prompt).__name__}")
+        if not prompt:
+            raise ValueError("empty prompt")
+        prompt_ids = model.tokenizer.encode(prompt)  # ValueError names an unknown character
+        if len(prompt_ids) > model.context_length:
+            raise ValueError(
+                f"prompt of {len(prompt_ids)} tokens is longer than the {model.context_length} positions the model has"
+            )
+        self.rules = tuple(rules)
+        for rule in self.rules:
+            self._check_rule(model, rule)
+        self.model = model
+        self.prompt = prompt
+        self.prompt_ids = list(prompt_ids)
+        self.ids = list(prompt_ids)  # prompt + every step's token
+        self.text = prompt
+        self.steps: list[Step] = []
+        self.actions: list[dict] = []  # the log that replay repeats
+        self.events: list[str] = []  # what went wrong in a rule or tool, for the person to read
+        self._maker = StepMaker(model.tokenizer, self.settings)
+        self._cache = model.new_cache()
+        self._next_scores = None  # scores for the position after ids[-1], once computed
+        self._rows: list[np.ndarray] = []  # the scores row each step was chosen from: rewind is O(1)
+        self._rng = random.Random(self.settings.seed)
+        self._draws = 0
+        self._forced: int | None = None  # force_token's token, taken by the next step
+        self._returned = 0  # steps handed out by step(); a rule's several steps go out one per call
+        self._fired: set[tuple[int, int]] = set()  # (rule index, text length) where a rule fired
+
+    # --- reading ---------------------------------------------------------------------------------
+    @property
+    def stopped(self) -> str | None:
+        """Why the model would not take another step now, or None."""
+        if self.steps and self.ids[-1] in self.model.end_token_ids:
+            return self.model.end_reason
+        if len(self.steps) >= self.settings.max_new_tokens:
+            return "max_new_tokens"
+        if len(self.ids) >= self.model.context_length:
+            return "context full"
+        return None
+
+    @property
+    def generated_text(self) -> str:
+        return self.text[len(self.prompt) :]
+
+    # --- stepping --------------------------------------------------------------------------------
+    def step(self) -> Step | None:
+        """Take one step and return it, or None once generation has stopped (see `stopped`).
+
+        A forced token goes first; then, if a rule's trigger ends the text, the rule acts (its steps are
+        handed out one per call); otherwise the model samples one token."""
+        if self._returned < len(self.steps):
+            self._returned += 1
+            return self.steps[self._returned - 1]
+        if self._forced is not None:
+            token_id, self._forced = self._forced, None
+            self._log({"kind": "force", "token_id": token_id})
+            self._append(token_id, "forced", self._scores())
+            return self._hand_out()
+        if self.stopped:
+            return None
+        if self._fire_rules():
+            return self._hand_out()
+        self._log({"kind": "sample"})
+        scores = self._scores()
+        dists = self._maker.distributions(scores)
+        final = dists[-1]
+        if self.settings.temperature == 0:
+            token_id, u = int(dists[0][0]), None  # the ranking's first: highest score, lowest id
+        else:
+            u = self._rng.random()
+            self._draws += 1
+            token_id = draw(final, u)
+        self._append(token_id, "model", scores, dists, u)
+        return self._hand_out()
+
+    def run(self) -> list[Step]:
+        """Step until generation stops; returns the steps this call took."""
+        taken = []
+        while (step := self.step()) is not None:
+            taken.append(step)
+        return taken
+
+    # --- steering --------------------------------------------------------------------------------
+    def force_token(self, token_id) -> None:
+        """The next step takes this token, whatever its probability."""
+        if not isinstance(token_id, (int, np.integer)) or isinstance(token_id, (bool, np.bool_)):
+            raise ValueError(f"token id must be an int, got {token_id!r}")
+        if not 0 <= token_id < self.model.vocab_size:
+            raise ValueError(f"token id {token_id} is outside the vocabulary (0 to {self.model.vocab_size - 1})")
+        self._check_room(1)
+        self._forced = int(token_id)
+
+    def insert_text(self, text, source="forced") -> list[Step]:
+        """Append the text's tokens as forced steps, each with the model's own probability for it, through
+        one batched forward over the new positions."""
+        token_ids = self._encode_nonempty(text, "inserted text")
+        self._check_room(len(token_ids))
+        self._log({"kind": "insert", "token_ids": token_ids, "source": source})
+        return self._handed_to_caller(self._insert(token_ids, source))
+
+    def choose(self, options, source="forced") -> list[Step]:
+        """The next tokens spell one of the options: the one the model, under the current settings, finds
+        most probable as a whole (ties: higher raw-model probability, then the first listed). Every
+        option's probability is recorded on the first step. No random draw is used."""
+        encoded = self._check_options(options)
+        self._check_room(max(len(ids) for ids in encoded))
+        self._log({"kind": "choose", "options": list(options), "source": source})
+        return self._handed_to_caller(self._choose(list(options), encoded, source))
+
+    def rewind(self, n) -> None:
+        """Drop the last n steps and their cache rows (O(1)); stepping again continues from there. The
+        random state rewinds too, so with nothing else changed the same steps come again."""
+        if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= len(self.steps):
+            raise ValueError(f"can rewind 0 to {len(self.steps)} steps (the steps taken so far), not {n!r}")
+        if n == 0:
+            return
+        self._log({"kind": "rewind", "n": n})
+        keep = len(self.steps) - n
+        self._next_scores = self._rows[keep]
+        del self.steps[keep:], self._rows[keep:]
+        self.ids = self.prompt_ids + [s.token_id for s in self.steps]
+        self.text = self.prompt + "".join(s.token for s in self.steps)
+        self._cache.truncate(len(self.ids))
+        self._draws = sum(s.draw is not None for s in self.steps)
+        self._rng = random.Random(self.settings.seed)
+        for _ in range(self._draws):
+            self._rng.random()
+        self._forced = None
+        self._returned = min(self._returned, keep)
+        self._fired = {(rule, at) for rule, at in self._fired if at < len(self.text)}
+
+    # --- the trace --------------------------------------------------------------------------------
+    def result(self) -> "GenerationResult":
+        return GenerationResult(self.text, list(self.steps), self.stopped, self.settings)
+
+    # --- internals ---------------------------------------------------------------------------------
+    def _scores(self) -> np.ndarray:
+        """Scores for the next position: feeds every token not yet in the cache in one forward."""
+        if self._next_scores is None:
+            self._next_scores = self.model.decode(self.ids[self._cache.length :], self._cache)[-1]
+        return self._next_scores
+
+    def _append(self, token_id, source, scores, dists=None, u=None, options=None) -> Step:
+        step = self._maker.make(scores, token_id, source, dists, u, options)
+        self.steps.append(step)
+        self._rows.append(scores)
+        self.ids.append(step.token_id)
+        self.text += step.token
+        self._next_scores = None
+        return step
+
+    def _handed_to_caller(self, steps: list[Step]) -> list[Step]:
+        self._returned = len(self.steps)  # the caller has them; step() must not hand them out again
+        return steps
+
+    def _hand_out(self) -> Step:
+        self._returned += 1
+        return self.steps[self._returned - 1]
+
+    def _insert(self, token_ids, source, options=None) -> list[Step]:
+        first_row = self._scores()
+        rows = [first_row]
+        if len(token_ids) > 1:
+            rows += list(self.model.decode(self.ids[self._cache.length :] + token_ids[:-1], self._cache))
+        taken = [
+            self._append(token_id, source, row, options=options if i == 0 else None)
+            for i, (token_id, row) in enumerate(zip(token_ids, rows))
+        ]
+        return taken  # the last inserted token is not fed yet; all the others are in the cache
+
+    def _option_probabilities(self, encoded) -> list[tuple[float, float]]:
+        """(probability under the settings, raw model probability) of each whole option."""
+        first = self._scores()
+        start = self._cache.length
+        results = []
+        for token_ids in encoded:
+            rows = [first]
+            if len(token_ids) > 1:
+                rows += list(self.model.decode(token_ids[:-1], self._cache))
+                self._cache.truncate(start)
+            p_settings = p_raw = 1.0
+            for token_id, row in zip(token_ids, rows):
+                _, raw, _, _, final = self._maker.distributions(row)
+                p_settings *= float(final[token_id])
+                p_raw *= float(raw[token_id])
+            results.append((p_settings, p_raw))
+        return results
+
+    def _choose(self, options, encoded, source) -> list[Step]:
+        probabilities = self._option_probabilities(encoded)
+        best = max(range(len(options)), key=lambda i: (probabilities[i][0], probabilities[i][1], -i))
+        recorded = tuple((option, p) for option, (p, _) in zip(options, probabilities))
+        return self._insert(encoded[best], source, options=recorded)
+
+    def _fire_rules(self) -> bool:
+        """Let the first rule whose trigger ends the text act, once per occurrence. True if it added steps."""
+        for index, rule in enumerate(self.rules):
+            if (index, len(self.text)) in self._fired or not rule.matches(self.text):
+                continue
+            self._fired.add((index, len(self.text)))
+            if self._act(rule):
+                return True
+        return False
+
+    def _act(self, rule: Rule) -> bool:
+        room = self.model.context_length - len(self.ids)
+        if rule.action == "choose":
+            encoded = [self.model.tokenizer.encode(o) for o in rule.choose]
+            if max(map(len, encoded)) > room:
+                self.events.append(f"rule {rule.when!r}: its options do not fit in the context")
+                return False
+            self._log({"kind": "choose", "options": list(rule.choose), "source": "rule"})
+            return bool(self._choose(list(rule.choose), encoded, "rule"))
+        source, text = "rule", rule.insert
+        if rule.action == "tool":
+            source = "tool"
+            try:
+                text = rule.tool(self.text)
+            except Exception as error:  # a tool is someone else's code: its failure must not end the session
+                self.events.append(f"rule {rule.when!r}: the tool failed: {type(error).__name__}: {error}")
+                return False
+            if not isinstance(text, str):
+                self.events.append(f"rule {rule.when!r}: the tool returned {type(text).__name__}, not text")
+                return False
+        try:
+            token_ids = self.model.tokenizer.encode(text)
+        except ValueError as error:
+            self.events.append(f"rule {rule.when!r}: cannot insert {text[:40]!r}: {error}")
+            return False
+        if len(token_ids) > room:
+            self.events.append(f"rule {rule.when!r}: only {room} of {len(token_ids)} tokens fit in the context")
+            token_ids = token_ids[:room]
+        if not token_ids:
+            return False
+        self._log({"kind": "insert", "token_ids": token_ids, "source": source})
+        return bool(self._insert(token_ids, source))
+
+    def _log(self, action: dict) -> None:
+        self.actions.append(action)
+
+    def _check_room(self, count: int) -> None:
+        room = self.model.context_length - len(self.ids)
+        if count > room:
+            raise ValueError(
+                f"cannot add {count} token{'s' * (count != 1)}: {len(self.ids)} of the model's "
+                f"{self.model.context_length} positions are used, {room} left"
+            )
+
+    def _encode_nonempty(self, text, what: str) -> list[int]:
+        if not isinstance(text, str) or not text:
+            raise ValueError(f"{what} must be non-empty text, got {text!r}")
+        return self.model.tokenizer.encode(text)
+
+    def _check_options(self, options) -> list[list[int]]:
+        if isinstance(options, str) or not isinstance(options, (list, tuple)) or not options:
+            raise ValueError(f"options must be a non-empty list of strings, got {options!r}")
+        encoded = [self._encode_nonempty(option, "each option") for option in options]
+        if len(set(options)) != len(options):
+            raise ValueError(f"options must differ from each other, got {list(options)!r}")
+        return encoded
+
+    @staticmethod
+    def _check_rule(model, rule) -> None:
+        if not isinstance(rule, Rule):
+            raise ValueError(f"rules must be engine.Rule objects, got {type(rule).__name__}")
+        for text in ([rule.insert] if rule.insert is not None else []) + list(rule.choose or ()):
+            if not text:
+                raise ValueError(f"rule {rule.when!r}: empty option")
+            model.tokenizer.encode(text)  # ValueError names an unknown character
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    text: str  # prompt plus generated text
+    steps: list[Step]
+    stopped: str | None
+    settings: Settings
+
+    @property
+    def seed(self) -> int:
+        return self.settings.seed
+
+    def to_dict(self) -> dict:
+        return {
+            "text": self.text,
+            "stopped": self.stopped,
+            "settings": self.settings.to_dict(),
+            "steps": [step.to_dict() for step in self.steps],
+        }
+
+
+def generate(model, prompt, max_new_tokens=60, temperature=0.0, top_k=None, top_p=None, min_p=None, seed=0):
+    """Continue the prompt until the model stops; a thin wrapper over Session."""
+    session = Session(model, prompt, max_new_tokens, temperature, top_k, top_p, min_p, seed)
+    session.run()
+    return session.result()

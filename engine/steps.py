@@ -1,0 +1,139 @@
+"""What one generation step records: the chosen token and the distribution it came from, at every stage."""
+
+from dataclasses import asdict, dataclass, fields
+
+import numpy as np
+
+from .sampling import Settings, rank_by_score, sampling_stages, softmax
+
+TOP_CANDIDATES = 20  # candidates kept per step: the chart's bars
+SOURCES = ("model", "forced", "rule", "tool")
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """The top tokens of the raw softmax, with their probability after each stage (0 where removed)."""
+
+    token_ids: tuple[int, ...]
+    tokens: tuple[str, ...]
+    raw: tuple[float, ...]  # softmax of the scores, temperature 1
+    temperature: tuple[float, ...]  # after temperature
+    top_k: tuple[float, ...]  # after top-k
+    final: tuple[float, ...]  # after top-p and min-p: what the draw uses
+
+    STAGES = ("raw", "temperature", "top_k", "final")
+
+
+@dataclass(frozen=True)
+class Step:
+    token: str  # the chosen token's text
+    token_id: int
+    probability: float  # in the distribution it was drawn from (the final stage)
+    source: str  # "model", "forced", "rule" or "tool"
+    model_probability: float  # in the model's raw softmax, temperature 1, before any filter
+    model_rank: int  # 1 = the model's most likely token
+    model_choice: str  # the token greedy decoding would have picked
+    model_choice_id: int
+    candidates: Candidates
+    draw: float | None = None  # the uniform number in [0, 1) a sampled step used
+    options: tuple[tuple[str, float], ...] | None = None  # a constrained choice: (option, probability)
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["candidates"] = {k: list(v) for k, v in data["candidates"].items()}
+        data["options"] = None if self.options is None else [list(o) for o in self.options]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Step":
+        """Inverse of to_dict; raises ValueError naming the first field that is missing or malformed."""
+        return _step_from_dict(data)
+
+
+class StepMaker:
+    """Turns a row of scores and a chosen token into a Step, for one model, tokenizer and settings."""
+
+    def __init__(self, tokenizer, settings: Settings):
+        self.tokenizer = tokenizer
+        self.settings = settings
+        self._texts: dict[int, str] = {}  # token id -> text, decoded once
+
+    def text(self, token_id: int) -> str:
+        text = self._texts.get(token_id)
+        if text is None:
+            text = self._texts[token_id] = self.tokenizer.decode([token_id])
+        return text
+
+    def distributions(self, scores):
+        """-> (ranking, raw, tempered, top_k, final): everything a step needs to know, from one row."""
+        ranking = rank_by_score(scores)
+        raw = softmax(scores)
+        return (ranking, raw, *sampling_stages(scores, self.settings, ranking, raw))
+
+    def make(self, scores, token_id: int, source: str, dists=None, draw=None, options=None) -> Step:
+        ranking, raw, tempered, top_k, final = dists if dists is not None else self.distributions(scores)
+        top = ranking[:TOP_CANDIDATES]
+        top_ids = top.tolist()
+        token_id, choice = int(token_id), top_ids[0]
+        return Step(
+            token=self.text(token_id),
+            token_id=token_id,
+            probability=float(final[token_id]),
+            source=source,
+            model_probability=float(raw[token_id]),
+            model_rank=int(np.flatnonzero(ranking == token_id)[0]) + 1,
+            model_choice=self.text(choice),
+            model_choice_id=choice,
+            candidates=Candidates(
+                token_ids=tuple(top_ids),
+                tokens=tuple(self.text(i) for i in top_ids),
+                raw=tuple(raw[top].tolist()),
+                temperature=tuple(tempered[top].tolist()),
+                top_k=tuple(top_k[top].tolist()),
+                final=tuple(final[top].tolist()),
+            ),
+            draw=draw,
+            options=options,
+        )
+
+
+def _step_from_dict(data) -> Step:
+    if not isinstance(data, dict):
+        raise ValueError("a step must be an object")
+    expected = {f.name for f in fields(Step)}
+    missing = expected - set(data)
+    if missing:
+        raise ValueError(f"step field {sorted(missing)[0]!r} is missing")
+    values = dict(data)
+    for name in ("token", "model_choice"):
+        if not isinstance(values[name], str):
+            raise ValueError(f"step field {name!r} must be a string")
+    for name in ("token_id", "model_rank", "model_choice_id"):
+        if not isinstance(values[name], int) or isinstance(values[name], bool) or values[name] < 0:
+            raise ValueError(f"step field {name!r} must be a non-negative int")
+    for name in ("probability", "model_probability"):
+        if not isinstance(values[name], (int, float)) or not 0 <= values[name] <= 1:
+            raise ValueError(f"step field {name!r} must be a probability in [0, 1]")
+    if values["source"] not in SOURCES:
+        raise ValueError(f"step field 'source' must be one of {SOURCES}, got {values['source']!r}")
+    if values["draw"] is not None and not (isinstance(values["draw"], float) and 0 <= values["draw"] < 1):
+        raise ValueError("step field 'draw' must be null or a number in [0, 1)")
+    cand = values["candidates"]
+    names = [f.name for f in fields(Candidates)]
+    if not isinstance(cand, dict) or set(cand) != set(names):
+        raise ValueError(f"step field 'candidates' must have exactly {names}")
+    lengths = {len(cand[n]) if isinstance(cand[n], list) else -1 for n in names}
+    if len(lengths) != 1 or -1 in lengths:
+        raise ValueError("step field 'candidates' must hold lists of one length")
+    values["candidates"] = Candidates(**{n: tuple(cand[n]) for n in names})
+    options = values["options"]
+    if options is not None:
+        if not isinstance(options, list) or not all(
+            isinstance(o, list) and len(o) == 2 and isinstance(o[0], str) and isinstance(o[1], (int, float))
+            for o in options
+        ):
+            raise ValueError("step field 'options' must be null or a list of [text, probability] pairs")
+        values["options"] = tuple((o[0], float(o[1])) for o in options)
+    values["probability"] = float(values["probability"])
+    values["model_probability"] = float(values["model_probability"])
+    return Step(**{k: values[k] for k in expected})
