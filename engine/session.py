@@ -13,7 +13,7 @@ import numpy as np
 
 from .rules import Rule
 from .sampling import Settings, draw
-from .steps import Step, StepMaker
+from .steps import SOURCES, Step, StepMaker
 
 
 class Session:
@@ -43,7 +43,11 @@ class Session:
         self._maker = StepMaker(model.tokenizer, self.settings)
         self._cache = model.new_cache()
         self._next_scores = None  # scores for the position after ids[-1], once computed
-        self._rows: list[np.ndarray] = []  # the scores row each step was chosen from: rewind is O(1)
+        # per step, for rewinding without a forward pass: the scores row it was chosen from, the text's
+        # length and the number of random draws used before it
+        self._rows: list[np.ndarray] = []
+        self._text_lengths: list[int] = []
+        self._draws_before: list[int] = []
         self._rng = random.Random(self.settings.seed)
         self._draws = 0
         self._forced: int | None = None  # force_token's token, taken by the next step
@@ -106,18 +110,26 @@ class Session:
 
     # --- steering --------------------------------------------------------------------------------
     def force_token(self, token_id) -> None:
-        """The next step takes this token, whatever its probability."""
-        if not isinstance(token_id, (int, np.integer)) or isinstance(token_id, (bool, np.bool_)):
-            raise ValueError(f"token id must be an int, got {token_id!r}")
-        if not 0 <= token_id < self.model.vocab_size:
-            raise ValueError(f"token id {token_id} is outside the vocabulary (0 to {self.model.vocab_size - 1})")
+        """The next step takes this token, whatever its probability (replacing an earlier force)."""
+        self._check_token_id(token_id)
+        self._forced = None
         self._check_room(1)
         self._forced = int(token_id)
 
     def insert_text(self, text, source="forced") -> list[Step]:
         """Append the text's tokens as forced steps, each with the model's own probability for it, through
         one batched forward over the new positions."""
-        token_ids = self._encode_nonempty(text, "inserted text")
+        return self.insert_tokens(self._encode_nonempty(text, "inserted text"), source)
+
+    def insert_tokens(self, token_ids, source="forced") -> list[Step]:
+        """insert_text for token ids (replay uses it: a trace records the ids that were inserted)."""
+        if source not in SOURCES or source == "model":
+            raise ValueError(f"an inserted token's source must be 'forced', 'rule' or 'tool', got {source!r}")
+        if isinstance(token_ids, (str, bytes)) or not token_ids:
+            raise ValueError(f"token ids must be a non-empty list of ints, got {token_ids!r:.60}")
+        for token_id in token_ids:
+            self._check_token_id(token_id)
+        token_ids = [int(t) for t in token_ids]
         self._check_room(len(token_ids))
         self._log({"kind": "insert", "token_ids": token_ids, "source": source})
         return self._handed_to_caller(self._insert(token_ids, source))
@@ -141,14 +153,15 @@ class Session:
         self._log({"kind": "rewind", "n": n})
         keep = len(self.steps) - n
         self._next_scores = self._rows[keep]
-        del self.steps[keep:], self._rows[keep:]
-        self.ids = self.prompt_ids + [s.token_id for s in self.steps]
-        self.text = self.prompt + "".join(s.token for s in self.steps)
+        self.text = self.text[: self._text_lengths[keep]]
+        draws = self._draws_before[keep]
+        del self.steps[keep:], self._rows[keep:], self._text_lengths[keep:], self._draws_before[keep:]
+        del self.ids[len(self.prompt_ids) + keep :]
         self._cache.truncate(len(self.ids))
-        self._draws = sum(s.draw is not None for s in self.steps)
-        self._rng = random.Random(self.settings.seed)
-        for _ in range(self._draws):
-            self._rng.random()
+        if draws != self._draws:  # replay the kept draws on a fresh generator: ~0.1 us each
+            self._rng, self._draws = random.Random(self.settings.seed), draws
+            for _ in range(draws):
+                self._rng.random()
         self._forced = None
         self._returned = min(self._returned, keep)
         self._fired = {(rule, at) for rule, at in self._fired if at < len(self.text)}
@@ -156,6 +169,12 @@ class Session:
     # --- the trace --------------------------------------------------------------------------------
     def result(self) -> "GenerationResult":
         return GenerationResult(self.text, list(self.steps), self.stopped, self.settings)
+
+    def trace(self) -> dict:
+        """The whole run as JSON-ready data (schema in engine/trace.py); replay() repeats it."""
+        from .trace import session_trace
+
+        return session_trace(self)
 
     # --- internals ---------------------------------------------------------------------------------
     def _scores(self) -> np.ndarray:
@@ -168,6 +187,8 @@ class Session:
         step = self._maker.make(scores, token_id, source, dists, u, options)
         self.steps.append(step)
         self._rows.append(scores)
+        self._text_lengths.append(len(self.text))
+        self._draws_before.append(self._draws - (u is not None))
         self.ids.append(step.token_id)
         self.text += step.token
         self._next_scores = None
@@ -262,12 +283,19 @@ class Session:
     def _log(self, action: dict) -> None:
         self.actions.append(action)
 
+    def _check_token_id(self, token_id) -> None:
+        if not isinstance(token_id, (int, np.integer)) or isinstance(token_id, (bool, np.bool_)):
+            raise ValueError(f"token id must be an int, got {token_id!r}")
+        if not 0 <= token_id < self.model.vocab_size:
+            raise ValueError(f"token id {token_id} is outside the vocabulary (0 to {self.model.vocab_size - 1})")
+
     def _check_room(self, count: int) -> None:
-        room = self.model.context_length - len(self.ids)
+        """Refuse to add tokens past the last position (a pending forced token already holds one)."""
+        room = self.model.context_length - len(self.ids) - (self._forced is not None)
         if count > room:
             raise ValueError(
-                f"cannot add {count} token{'s' * (count != 1)}: {len(self.ids)} of the model's "
-                f"{self.model.context_length} positions are used, {room} left"
+                f"cannot add {count} token{'s' * (count != 1)}: {self.model.context_length - room} of the "
+                f"model's {self.model.context_length} positions are used, {room} left"
             )
 
     def _encode_nonempty(self, text, what: str) -> list[int]:

@@ -1,0 +1,191 @@
+"""Traces: a whole session as JSON data, saved atomically, loaded with validation, and replayed.
+
+A trace is data. Loading or replaying one never runs a tool or a command: the text a tool produced is in
+the trace as inserted token ids, and replay forces it like any other inserted text. Replay repeats the
+session's action log (sample, force, insert, choose, rewind) on a fresh session of the same settings, so
+the forward passes run in the same chunks and the steps come out bit for bit the same.
+
+    {"schema": "token-playground/trace/1", "engine_version", "created_utc",
+     "model": {"name", "weights_sha256"}, "prompt", "prompt_token_ids", "settings": {... "seed"},
+     "rules": [described], "actions": [...], "steps": [Step.to_dict()...], "text", "stopped", "events"}
+"""
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .checkpoint import atomic_write_bytes
+from .sampling import Settings
+from .steps import Step
+
+SCHEMA = "token-playground/trace/1"
+ACTION_KINDS = {"sample", "force", "insert", "choose", "rewind"}
+
+
+def session_trace(session) -> dict:
+    from . import __version__
+
+    return {
+        "schema": SCHEMA,
+        "engine_version": __version__,
+        "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "model": {"name": session.model.name, "weights_sha256": session.model.weights_sha256},
+        "prompt": session.prompt,
+        "prompt_token_ids": list(session.prompt_ids),
+        "settings": session.settings.to_dict(),
+        "rules": [rule.describe() for rule in session.rules],
+        "actions": json.loads(json.dumps(session.actions)),  # a deep copy of plain data
+        "steps": [step.to_dict() for step in session.steps],
+        "text": session.text,
+        "stopped": session.stopped,
+        "events": list(session.events),
+    }
+
+
+def save_trace(trace: dict, path) -> None:
+    """Validate, then write atomically (a reader sees the old file or the new one, never half)."""
+    validate_trace(trace)
+    text = json.dumps(trace, indent=1, ensure_ascii=False) + "\n"
+    atomic_write_bytes(Path(path), text.encode("utf-8"))
+
+
+def load_trace(path) -> dict:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ValueError(f"cannot read trace {path}: {error}") from None
+    try:
+        trace = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is not JSON: {error}") from None
+    validate_trace(trace)
+    return trace
+
+
+def validate_trace(trace) -> None:
+    """Raise ValueError naming the first field that is missing or malformed."""
+    if not isinstance(trace, dict):
+        raise ValueError("a trace must be a JSON object")
+    if trace.get("schema") != SCHEMA:
+        raise ValueError(f"trace field 'schema' must be {SCHEMA!r}, got {trace.get('schema')!r}")
+    expected = {
+        "engine_version": str, "created_utc": str, "model": dict, "prompt": str, "prompt_token_ids": list,
+        "settings": dict, "rules": list, "actions": list, "steps": list, "text": str, "events": list,
+    }  # fmt: skip
+    for name, kind in expected.items():
+        if not isinstance(trace.get(name), kind):
+            raise ValueError(f"trace field {name!r} must be a {kind.__name__}, got {type(trace.get(name)).__name__}")
+    if "stopped" not in trace or not (trace["stopped"] is None or isinstance(trace["stopped"], str)):
+        raise ValueError("trace field 'stopped' must be a string or null")
+    model = trace["model"]
+    if not isinstance(model.get("name"), str) or not isinstance(model.get("weights_sha256"), str):
+        raise ValueError("trace field 'model' must have a string 'name' and 'weights_sha256'")
+    if not trace["prompt"]:
+        raise ValueError("trace field 'prompt' must not be empty")
+    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in trace["prompt_token_ids"]):
+        raise ValueError("trace field 'prompt_token_ids' must be a list of non-negative ints")
+    try:
+        Settings(**trace["settings"])
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"trace field 'settings': {error}") from None
+    for index, rule in enumerate(trace["rules"]):
+        if not isinstance(rule, dict) or not isinstance(rule.get("when"), str) or "action" not in rule:
+            raise ValueError(f"trace field 'rules[{index}]' must describe a rule (when, action)")
+    for index, action in enumerate(trace["actions"]):
+        _check_action(index, action)
+    for index, step in enumerate(trace["steps"]):
+        try:
+            Step.from_dict(step)
+        except ValueError as error:
+            raise ValueError(f"trace field 'steps[{index}]': {error}") from None
+    if trace["text"] != trace["prompt"] + "".join(step["token"] for step in trace["steps"]):
+        raise ValueError("trace field 'text' is not the prompt followed by the steps' tokens")
+
+
+def _check_action(index, action) -> None:
+    where = f"trace field 'actions[{index}]'"
+    if not isinstance(action, dict) or action.get("kind") not in ACTION_KINDS:
+        raise ValueError(f"{where} must be an object whose kind is one of {sorted(ACTION_KINDS)}")
+    kind = action["kind"]
+
+    def ints(value):
+        return isinstance(value, list) and value and all(isinstance(i, int) and not isinstance(i, bool) for i in value)
+
+    if kind == "force" and not ints([action.get("token_id")]):
+        raise ValueError(f"{where}: a force needs an int 'token_id'")
+    if kind == "insert" and (not ints(action.get("token_ids")) or action.get("source") not in ("forced", "rule", "tool")):
+        raise ValueError(f"{where}: an insert needs 'token_ids' (ints) and a source forced/rule/tool")
+    if kind == "choose" and (
+        not isinstance(action.get("options"), list) or not all(isinstance(o, str) for o in action["options"])
+        or action.get("source") not in ("forced", "rule")
+    ):  # fmt: skip
+        raise ValueError(f"{where}: a choose needs 'options' (strings) and a source forced/rule")
+    if kind == "rewind" and not (ints([action.get("n")]) and action["n"] > 0):
+        raise ValueError(f"{where}: a rewind needs a positive int 'n'")
+
+
+@dataclass(frozen=True)
+class ReplayReport:
+    identical: bool
+    steps: int  # steps compared
+    first_difference: dict | None  # {"step", "field", "recorded", "replayed"} or None
+    notes: tuple[str, ...] = ()
+
+    def summary(self) -> str:
+        if self.identical:
+            return f"identical: all {self.steps} steps replayed bit for bit"
+        d = self.first_difference
+        return f"differs at step {d['step']} ({d['field']}): recorded {d['recorded']!r}, replayed {d['replayed']!r}"
+
+
+def replay(trace: dict, model) -> ReplayReport:
+    """Re-run the trace's actions on a fresh session (no rules: what they inserted is in the actions) and
+    compare every step with the recorded one."""
+    from .session import Session
+
+    validate_trace(trace)
+    notes = []
+    recorded_model = trace["model"]
+    if recorded_model["weights_sha256"] != model.weights_sha256:
+        notes.append(f"recorded with {recorded_model['name']} {recorded_model['weights_sha256'][:12]}, "
+                     f"replayed with {model.name} {model.weights_sha256[:12]}")  # fmt: skip
+    session = Session(model, trace["prompt"], **trace["settings"])
+    if session.prompt_ids != trace["prompt_token_ids"]:
+        return ReplayReport(False, 0, {"step": 0, "field": "prompt_token_ids", "recorded": trace["prompt_token_ids"],
+                                       "replayed": session.prompt_ids}, tuple(notes))  # fmt: skip
+    try:
+        for action in trace["actions"]:
+            _perform(session, action)
+    except ValueError as error:
+        notes.append(f"replay stopped: {error}")
+    replayed = [step.to_dict() for step in session.steps]
+    recorded = trace["steps"]
+    for index in range(max(len(recorded), len(replayed))):
+        if index >= len(recorded) or index >= len(replayed):
+            longer = "replayed" if index >= len(recorded) else "recorded"
+            token = (replayed if longer == "replayed" else recorded)[index]["token"]
+            return ReplayReport(False, index, {
+                "step": index, "field": "count", "recorded": recorded[index]["token"] if longer == "recorded" else None,
+                "replayed": token if longer == "replayed" else None}, tuple(notes))  # fmt: skip
+        if recorded[index] != replayed[index]:
+            field = next(k for k in recorded[index] if recorded[index][k] != replayed[index].get(k))
+            return ReplayReport(False, index, {
+                "step": index, "field": field, "recorded": recorded[index]["token"],
+                "replayed": replayed[index]["token"]}, tuple(notes))  # fmt: skip
+    return ReplayReport(True, len(recorded), None, tuple(notes))
+
+
+def _perform(session, action: dict) -> None:
+    kind = action["kind"]
+    if kind == "sample":
+        session.step()
+    elif kind == "force":
+        session.force_token(action["token_id"])
+        session.step()
+    elif kind == "insert":
+        session.insert_tokens(action["token_ids"], action["source"])
+    elif kind == "choose":
+        session.choose(action["options"], action["source"])
+    else:
+        session.rewind(action["n"])

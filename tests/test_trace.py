@@ -1,0 +1,161 @@
+"""Traces: schema, atomic save, validated load, and bit-for-bit replay; the examples/ demonstrations."""
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import engine
+from engine import Rule, Session
+
+FIRST = "mia has a red ball."
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def example(name):
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class CountingTool:
+    name = "counting tool"
+
+    def __init__(self, text):
+        self.text, self.calls = text, 0
+
+    def __call__(self, text_so_far):
+        self.calls += 1
+        return self.text
+
+
+def steered_session(model, tool):
+    session = Session(model, FIRST, temperature=1.2, top_k=8, seed=13,
+                      rules=[Rule(" at the", tool=tool), Rule(r"now \w+ has the", choose=[" tan", " gold"], regex=True)])  # fmt: skip
+    for _ in range(4):
+        session.step()
+    session.force_token(model.tokenizer.ids[" park"])
+    session.step()
+    session.insert_text(".")
+    session.run()
+    session.rewind(3)
+    session.run()
+    return session
+
+
+def test_trace_records_everything(story_model):
+    tool = CountingTool(" park")
+    session = steered_session(story_model, tool)
+    trace = session.trace()
+    assert trace["schema"] == "token-playground/trace/1"
+    assert trace["model"] == {"name": "story model", "weights_sha256": story_model.weights_sha256}
+    assert trace["prompt"] == FIRST and trace["settings"]["seed"] == 13 and trace["settings"]["top_k"] == 8
+    assert trace["rules"][0] == {"when": " at the", "regex": False, "action": "tool", "tool": "counting tool"}
+    assert trace["rules"][1]["choose"] == [" tan", " gold"]
+    assert trace["text"] == session.text and trace["stopped"] == session.stopped
+    assert trace["engine_version"] == engine.__version__
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", trace["created_utc"])
+    assert [engine.Step.from_dict(s) for s in trace["steps"]] == session.steps
+    assert {s["source"] for s in trace["steps"]} == {"model", "forced", "tool", "rule"}
+    assert json.loads(json.dumps(trace)) == trace
+
+
+def test_save_and_load_round_trip_atomically(story_model, tmp_path):
+    trace = steered_session(story_model, CountingTool(" park")).trace()
+    path = tmp_path / "run.json"
+    engine.save_trace(trace, path)
+    assert engine.load_trace(path) == trace
+    assert [p.name for p in tmp_path.iterdir()] == ["run.json"]
+    broken = dict(trace, settings={"temperature": -1})
+    with pytest.raises(ValueError, match="settings"):
+        engine.save_trace(broken, path)
+    assert engine.load_trace(path) == trace  # the old file is untouched
+
+
+def test_replay_is_identical_and_never_runs_a_tool(story_model, tmp_path):
+    tool = CountingTool(" park")
+    trace = steered_session(story_model, tool).trace()
+    calls = tool.calls
+    assert calls > 0
+    path = tmp_path / "run.json"
+    engine.save_trace(trace, path)
+    report = engine.replay(engine.load_trace(path), story_model)
+    assert report.identical and report.steps == len(trace["steps"]) and report.first_difference is None
+    assert tool.calls == calls
+    assert "identical" in report.summary()
+
+
+def test_replay_says_where_it_differs(story_model):
+    trace = engine.Session(story_model, FIRST, temperature=1.0, seed=4)
+    trace.run()
+    trace = trace.trace()
+    other_seed = json.loads(json.dumps(trace))
+    other_seed["settings"]["seed"] = 99
+    report = engine.replay(other_seed, story_model)
+    assert not report.identical
+    first = next(i for i, s in enumerate(trace["steps"]) if s["draw"] is not None)
+    assert report.first_difference["step"] == first and report.first_difference["field"] == "token_id" or \
+        report.first_difference["field"] == "probability" or report.first_difference["field"] == "draw"
+    tampered = json.loads(json.dumps(trace))
+    tampered["steps"][3]["probability"] = 0.123
+    report = engine.replay(tampered, story_model)
+    assert report.first_difference == {"step": 3, "field": "probability", "recorded": trace["steps"][3]["token"],
+                                       "replayed": trace["steps"][3]["token"]}  # fmt: skip
+    assert "differs at step 3" in report.summary()
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda t: t.update(schema="other"), "trace field 'schema' must be 'token-playground/trace/1'"),
+    (lambda t: t.pop("prompt"), "trace field 'prompt' must be a str"),
+    (lambda t: t["steps"][2].update(token_id="x"), r"trace field 'steps\[2\]': step field 'token_id' must be a non-negative int"),
+    (lambda t: t["steps"][1].pop("source"), r"trace field 'steps\[1\]': step field 'source' is missing"),
+    (lambda t: t["steps"][0].update(source="magic"), r"steps\[0\]': step field 'source' must be one of"),
+    (lambda t: t["settings"].update(top_p=3), "trace field 'settings': top_p must be"),
+    (lambda t: t["actions"].append({"kind": "explode"}), r"trace field 'actions\[\d+\]' must be an object whose kind"),
+    (lambda t: t.update(text=t["text"] + "x"), "trace field 'text' is not the prompt followed by the steps"),
+])  # fmt: skip
+def test_load_trace_names_the_first_bad_field(story_model, tmp_path, change, message):
+    session = Session(story_model, FIRST)
+    session.run()
+    trace = session.trace()
+    change(trace)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(trace))
+    with pytest.raises(ValueError, match=message):
+        engine.load_trace(path)
+
+
+def test_load_trace_refuses_files_that_are_not_traces(tmp_path):
+    (tmp_path / "a.json").write_text("{not json")
+    with pytest.raises(ValueError, match="is not JSON"):
+        engine.load_trace(tmp_path / "a.json")
+    with pytest.raises(ValueError, match="cannot read trace"):
+        engine.load_trace(tmp_path / "missing.json")
+
+
+def test_demo_insert_purple(story_model):
+    result = example("insert_purple").run(story_model)
+    assert result["model would write"] == " gold"
+    assert "".join(result["inserted tokens"]) == " purple"
+    assert 0 < result["model probability of purple"] < 1e-6
+    assert result["trace"]["text"].startswith(result["prompt"] + " purple")
+    assert engine.replay(result["trace"], story_model).identical
+
+
+def test_demo_color_rule_measures_keeps_with_and_without(story_model):
+    result = example("color_rule").run(story_model, temperature=1.5)
+    assert result["with rule"]["keeps_color_and_object"] >= result["without rule"]["keeps_color_and_object"]
+    assert result["rule fired"] > 30
+    for trace in result["traces"][:10]:
+        assert engine.replay(trace, story_model).identical
+
+
+@pytest.mark.parametrize("broken, outcome", [(False, " passed"), (True, " failed")])
+def test_demo_command_tool_inserts_the_real_outcome(story_model, broken, outcome):
+    result = example("command_tool").run(story_model, broken=broken)
+    assert "".join(result["tool steps"]).startswith(outcome)
+    assert "now ben has the" + outcome in result["text"]
+    assert engine.replay(result["trace"], story_model).identical
