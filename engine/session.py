@@ -2,18 +2,18 @@
 drives a Session: it holds the text so far and the KV cache, takes one step at a time, and lets a person
 or a rule steer between two steps.
 
-Every change to a session is one logged action (sample, force, insert, choose, rewind); replaying the log
+Every change to a session is one logged action (sample, force, insert, choose, rewind, settings); replaying the log
 on a fresh session repeats the same forward passes in the same chunks, so a trace replays bit for bit.
 """
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from .rules import Rule
 from .sampling import Settings, draw
-from .steps import SOURCES, Step, StepMaker
+from .steps import SOURCES, Candidates, Step, StepMaker
 
 
 class Session:
@@ -40,7 +40,9 @@ class Session:
         self.steps: list[Step] = []
         self.actions: list[dict] = []  # the log that replay repeats
         self.events: list[str] = []  # what went wrong in a rule or tool, for the person to read
-        self._maker = StepMaker(model.tokenizer, self.settings)
+        self._texts: dict[int, str] = {}
+        self._maker = StepMaker(model.tokenizer, self.settings, self._texts)
+        self._epochs = [Epoch(0, self.settings, 0)]  # settings in force from a step on; see update_settings
         self._cache = model.new_cache()
         self._next_scores = None  # scores for the position after ids[-1], once computed
         # per step, for rewinding without a forward pass: the scores row it was chosen from, the text's
@@ -49,7 +51,7 @@ class Session:
         self._text_lengths: list[int] = []
         self._draws_before: list[int] = []
         self._rng = random.Random(self.settings.seed)
-        self._draws = 0
+        self._draws = 0  # random draws taken by the steps so far
         self._forced: int | None = None  # force_token's token, taken by the next step
         self._returned = 0  # steps handed out by step(); a rule's several steps go out one per call
         self._fired: set[tuple[int, int]] = set()  # (rule index, text length) where a rule fired
@@ -69,6 +71,13 @@ class Session:
     @property
     def generated_text(self) -> str:
         return self.text[len(self.prompt) :]
+
+    def peek(self) -> Candidates | None:
+        """The distribution the next model step would be drawn from (top candidates at every stage),
+        without taking it; None when the context is full. Computing it now costs the next step nothing."""
+        if len(self.ids) >= self.model.context_length:
+            return None
+        return self._maker.candidates(self._maker.distributions(self._scores()))
 
     # --- stepping --------------------------------------------------------------------------------
     def step(self) -> Step | None:
@@ -143,6 +152,23 @@ class Session:
         self._log({"kind": "choose", "options": list(options), "source": source})
         return self._handed_to_caller(self._choose(list(options), encoded, source))
 
+    def update_settings(self, **changes) -> Settings:
+        """Change settings from the next step on (a branch with another temperature or seed, say). The
+        change is logged, a fresh random stream starts from the (new) seed, and rewinding to before the
+        change brings the earlier settings back."""
+        unknown = set(changes) - set(self.settings.to_dict())
+        if unknown:
+            raise ValueError(f"unknown setting {sorted(unknown)[0]!r}; settings are {sorted(self.settings.to_dict())}")
+        new = replace(self.settings, **changes).check_vocab(self.model.vocab_size)  # validates
+        if new == self.settings:
+            return new
+        self._log({"kind": "settings", "settings": new.to_dict()})
+        if self._epochs[-1].start == len(self.steps):  # no step since the last change: replace it
+            self._epochs.pop()
+        self._epochs.append(Epoch(len(self.steps), new, self._draws))
+        self._enter_epoch(self._epochs[-1], self._draws)
+        return new
+
     def rewind(self, n) -> None:
         """Drop the last n steps and their cache rows (O(1)); stepping again continues from there. The
         random state rewinds too, so with nothing else changed the same steps come again."""
@@ -158,10 +184,10 @@ class Session:
         del self.steps[keep:], self._rows[keep:], self._text_lengths[keep:], self._draws_before[keep:]
         del self.ids[len(self.prompt_ids) + keep :]
         self._cache.truncate(len(self.ids))
-        if draws != self._draws:  # replay the kept draws on a fresh generator: ~0.1 us each
-            self._rng, self._draws = random.Random(self.settings.seed), draws
-            for _ in range(draws):
-                self._rng.random()
+        while self._epochs[-1].start > keep:  # settings changed after the point we return to
+            self._epochs.pop()
+        if draws != self._draws or self._epochs[-1].settings != self.settings:
+            self._enter_epoch(self._epochs[-1], draws)
         self._forced = None
         self._returned = min(self._returned, keep)
         self._fired = {(rule, at) for rule, at in self._fired if at < len(self.text)}
@@ -177,6 +203,16 @@ class Session:
         return session_trace(self)
 
     # --- internals ---------------------------------------------------------------------------------
+    def _enter_epoch(self, epoch: "Epoch", draws: int) -> None:
+        """Make `epoch` current with `draws` draws taken in all: its settings, and its random stream
+        advanced past the draws its own steps took (~0.1 us each)."""
+        if epoch.settings != self.settings:
+            self.settings = epoch.settings
+            self._maker = StepMaker(self.model.tokenizer, epoch.settings, self._texts)
+        self._rng, self._draws = random.Random(epoch.settings.seed), draws
+        for _ in range(draws - epoch.draws_before):
+            self._rng.random()
+
     def _scores(self) -> np.ndarray:
         """Scores for the next position: feeds every token not yet in the cache in one forward."""
         if self._next_scores is None:
@@ -319,6 +355,13 @@ class Session:
             if not text:
                 raise ValueError(f"rule {rule.when!r}: empty option")
             model.tokenizer.encode(text)  # ValueError names an unknown character
+
+
+@dataclass(frozen=True)
+class Epoch:
+    start: int  # the first step these settings apply to
+    settings: Settings
+    draws_before: int  # random draws taken before it (its own stream starts at Random(settings.seed))
 
 
 @dataclass(frozen=True)

@@ -53,10 +53,10 @@ class Step:
 class StepMaker:
     """Turns a row of scores and a chosen token into a Step, for one model, tokenizer and settings."""
 
-    def __init__(self, tokenizer, settings: Settings):
+    def __init__(self, tokenizer, settings: Settings, texts: dict[int, str] | None = None):
         self.tokenizer = tokenizer
         self.settings = settings
-        self._texts: dict[int, str] = {}  # token id -> text, decoded once
+        self._texts = {} if texts is None else texts  # token id -> text, decoded once (shareable)
 
     def text(self, token_id: int) -> str:
         text = self._texts.get(token_id)
@@ -70,11 +70,24 @@ class StepMaker:
         raw = softmax(scores)
         return (ranking, raw, *sampling_stages(scores, self.settings, ranking, raw))
 
-    def make(self, scores, token_id: int, source: str, dists=None, draw=None, options=None) -> Step:
-        ranking, raw, tempered, top_k, final = dists if dists is not None else self.distributions(scores)
+    def candidates(self, dists) -> Candidates:
+        ranking, raw, tempered, top_k, final = dists
         top = ranking[:TOP_CANDIDATES]
         top_ids = top.tolist()
-        token_id, choice = int(token_id), top_ids[0]
+        return Candidates(
+            token_ids=tuple(top_ids),
+            tokens=tuple(self.text(i) for i in top_ids),
+            raw=tuple(raw[top].tolist()),
+            temperature=tuple(tempered[top].tolist()),
+            top_k=tuple(top_k[top].tolist()),
+            final=tuple(final[top].tolist()),
+        )
+
+    def make(self, scores, token_id: int, source: str, dists=None, draw=None, options=None) -> Step:
+        dists = dists if dists is not None else self.distributions(scores)
+        ranking, raw, _tempered, _top_k, final = dists
+        candidates = self.candidates(dists)
+        token_id, choice = int(token_id), candidates.token_ids[0]
         return Step(
             token=self.text(token_id),
             token_id=token_id,
@@ -84,14 +97,7 @@ class StepMaker:
             model_rank=int(np.flatnonzero(ranking == token_id)[0]) + 1,
             model_choice=self.text(choice),
             model_choice_id=choice,
-            candidates=Candidates(
-                token_ids=tuple(top_ids),
-                tokens=tuple(self.text(i) for i in top_ids),
-                raw=tuple(raw[top].tolist()),
-                temperature=tuple(tempered[top].tolist()),
-                top_k=tuple(top_k[top].tolist()),
-                final=tuple(final[top].tolist()),
-            ),
+            candidates=candidates,
             draw=draw,
             options=options,
         )

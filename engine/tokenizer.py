@@ -24,14 +24,21 @@ def pieces(text: str) -> list[str]:
     return _PIECE.findall(text)
 
 
+class UnknownCharacterError(ValueError):
+    """A character the tokenizer cannot encode; `position` lets an editor point at it."""
+
+    def __init__(self, message: str, character: str, position: int):
+        super().__init__(message)
+        self.character = character
+        self.position = position
+
+
 def check_alphabet(text: str) -> None:
-    """Raise ValueError naming the first character the tokenizer cannot encode."""
+    """Raise UnknownCharacterError (a ValueError) naming the first character the tokenizer cannot encode."""
     for position, char in enumerate(text):
         if char not in ALPHABET:
-            raise ValueError(
-                f"{char!r} at position {position} is not in the story model's alphabet: "
-                f"{ALPHABET_DESCRIPTION}"
-            )
+            message = f"{char!r} at position {position} is not in the story model's alphabet: {ALPHABET_DESCRIPTION}"
+            raise UnknownCharacterError(message, char, position)
 
 
 def train_merges(texts: list[str], vocab_size: int) -> list[tuple[str, str]]:

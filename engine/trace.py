@@ -8,6 +8,8 @@ the forward passes run in the same chunks and the steps come out bit for bit the
     {"schema": "token-playground/trace/1", "engine_version", "created_utc",
      "model": {"name", "weights_sha256"}, "prompt", "prompt_token_ids", "settings": {... "seed"},
      "rules": [described], "actions": [...], "steps": [Step.to_dict()...], "text", "stopped", "events"}
+
+"settings" are the ones the session started with; a "settings" action records each later change.
 """
 
 import json
@@ -20,7 +22,7 @@ from .sampling import Settings
 from .steps import Step
 
 SCHEMA = "token-playground/trace/1"
-ACTION_KINDS = {"sample", "force", "insert", "choose", "rewind"}
+ACTION_KINDS = {"sample", "force", "insert", "choose", "rewind", "settings"}
 
 
 def session_trace(session) -> dict:
@@ -123,6 +125,11 @@ def _check_action(index, action) -> None:
         raise ValueError(f"{where}: a choose needs 'options' (strings) and a source forced/rule")
     if kind == "rewind" and not (ints([action.get("n")]) and action["n"] > 0):
         raise ValueError(f"{where}: a rewind needs a positive int 'n'")
+    if kind == "settings":
+        try:
+            Settings(**action.get("settings"))
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"{where}: settings: {error}") from None
 
 
 @dataclass(frozen=True)
@@ -187,5 +194,7 @@ def _perform(session, action: dict) -> None:
         session.insert_tokens(action["token_ids"], action["source"])
     elif kind == "choose":
         session.choose(action["options"], action["source"])
+    elif kind == "settings":
+        session.update_settings(**action["settings"])
     else:
         session.rewind(action["n"])

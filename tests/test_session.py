@@ -264,3 +264,49 @@ def test_bad_rules_are_refused(kwargs, message):
 def test_rules_with_unencodable_text_are_refused_before_anything_runs(story_model):
     with pytest.raises(ValueError, match="'X' at position 1"):
         Session(story_model, FIRST, rules=[Rule(" to", insert=" X")])
+
+
+def test_peek_shows_the_next_distribution_and_costs_the_step_nothing(story_model, monkeypatch):
+    session = Session(story_model, FIRST, temperature=1.0, seed=3)
+    plain = Session(story_model, FIRST, temperature=1.0, seed=3)
+    preview = session.peek()
+    counter = CountingDecode(story_model, monkeypatch)
+    step = session.step()
+    assert counter.calls == []  # the peek already computed what the step needed
+    assert step.candidates == preview and step == plain.step()
+    full = Session(story_model, "leo" + " the" * 63)
+    assert full.peek() is None
+
+
+def test_update_settings_branches_and_rewinding_past_it_restores_the_old_settings(story_model):
+    session = Session(story_model, FIRST, temperature=1.0, seed=1)
+    for _ in range(6):
+        session.step()
+    first_six = [s.to_dict() for s in session.steps]
+    session.update_settings(temperature=1.4, seed=7)
+    assert session.settings.seed == 7 and session.settings.temperature == 1.4
+    session.run()
+    branch = [s.to_dict() for s in session.steps]
+    assert branch[:6] == first_six
+    session.rewind(len(session.steps) - 6)  # back to where the settings changed: they still hold
+    assert session.settings.seed == 7
+    session.run()
+    assert [s.to_dict() for s in session.steps] == branch
+    session.rewind(3)
+    session.rewind(len(session.steps) - 4)  # before the change: the old settings and random stream
+    assert session.settings.seed == 1 and session.settings.temperature == 1.0
+    session.run()
+    original = engine.generate(story_model, FIRST, temperature=1.0, seed=1)
+    assert [s.to_dict() for s in session.steps] == [s.to_dict() for s in original.steps]
+    assert engine.replay(session.trace(), story_model).identical
+
+
+def test_bad_settings_updates_are_refused_and_change_nothing(story_model):
+    session = Session(story_model, FIRST, temperature=1.0)
+    session.step()
+    before = snapshot(session)
+    for changes, message in (({"temperature": -2}, "temperature must be"), ({"top_k": 500}, "top_k must be"),
+                             ({"colour": 1}, "unknown setting 'colour'")):  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            session.update_settings(**changes)
+        assert snapshot(session) == before
