@@ -6,7 +6,7 @@ from .rules import CommandTool, Rule
 from .sampling import Settings, next_token_probs
 from .session import GenerationResult, Session, generate
 from .steps import Candidates, Step
-from .trace import ReplayReport, load_trace, replay, save_trace
+from .trace import ReplayReport, load_trace, replay, replay_session, save_trace
 
 __version__ = "0.1.0"
 
@@ -19,5 +19,5 @@ def load_model(path=None):
 __all__ = [
     "Candidates", "CommandTool", "Config", "GenerationResult", "ReplayReport", "Rule", "Session", "Settings",
     "Step", "StoryModel", "generate", "load_model", "load_trace", "next_token_probs", "replay",
-    "resources_dir", "save_trace", "__version__",
+    "replay_session", "resources_dir", "save_trace", "__version__",
 ]  # fmt: skip

@@ -149,6 +149,11 @@ class ReplayReport:
 def replay(trace: dict, model) -> ReplayReport:
     """Re-run the trace's actions on a fresh session (no rules: what they inserted is in the actions) and
     compare every step with the recorded one."""
+    return replay_session(trace, model)[1]
+
+
+def replay_session(trace: dict, model):
+    """-> (the replayed Session, its ReplayReport); the window keeps the session to continue from."""
     from .session import Session
 
     validate_trace(trace)
@@ -159,27 +164,27 @@ def replay(trace: dict, model) -> ReplayReport:
                      f"replayed with {model.name} {model.weights_sha256[:12]}")  # fmt: skip
     session = Session(model, trace["prompt"], **trace["settings"])
     if session.prompt_ids != trace["prompt_token_ids"]:
-        return ReplayReport(False, 0, {"step": 0, "field": "prompt_token_ids", "recorded": trace["prompt_token_ids"],
-                                       "replayed": session.prompt_ids}, tuple(notes))  # fmt: skip
+        difference = {"step": 0, "field": "prompt_token_ids", "recorded": trace["prompt"], "replayed": trace["prompt"]}
+        return session, ReplayReport(False, 0, difference, tuple(notes))
     try:
         for action in trace["actions"]:
             _perform(session, action)
     except ValueError as error:
         notes.append(f"replay stopped: {error}")
-    replayed = [step.to_dict() for step in session.steps]
-    recorded = trace["steps"]
-    for index in range(max(len(recorded), len(replayed))):
-        if index >= len(recorded) or index >= len(replayed):
-            longer = "replayed" if index >= len(recorded) else "recorded"
-            token = (replayed if longer == "replayed" else recorded)[index]["token"]
-            return ReplayReport(False, index, {
-                "step": index, "field": "count", "recorded": recorded[index]["token"] if longer == "recorded" else None,
-                "replayed": token if longer == "replayed" else None}, tuple(notes))  # fmt: skip
-        if recorded[index] != replayed[index]:
-            field = next(k for k in recorded[index] if recorded[index][k] != replayed[index].get(k))
-            return ReplayReport(False, index, {
-                "step": index, "field": field, "recorded": recorded[index]["token"],
-                "replayed": replayed[index]["token"]}, tuple(notes))  # fmt: skip
+    return session, _compare(trace["steps"], [step.to_dict() for step in session.steps], notes)
+
+
+def _compare(recorded: list[dict], replayed: list[dict], notes) -> ReplayReport:
+    for index, (old, new) in enumerate(zip(recorded, replayed)):
+        if old != new:
+            field = next(k for k in old if old[k] != new.get(k))
+            difference = {"step": index, "field": field, "recorded": old["token"], "replayed": new["token"]}
+            return ReplayReport(False, index, difference, tuple(notes))
+    if len(recorded) != len(replayed):
+        index = min(len(recorded), len(replayed))
+        token = lambda steps: steps[index]["token"] if index < len(steps) else None  # noqa: E731
+        difference = {"step": index, "field": "count", "recorded": token(recorded), "replayed": token(replayed)}
+        return ReplayReport(False, index, difference, tuple(notes))
     return ReplayReport(True, len(recorded), None, tuple(notes))
 
 

@@ -1,0 +1,190 @@
+"""The main window: lays the widgets out, builds the menu, remembers settings. The controller does the
+rest; the worker runs the model."""
+
+import json
+from pathlib import Path
+
+from PySide6.QtCore import QSettings, Qt
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import (
+    QFileDialog, QHBoxLayout, QLabel, QLineEdit, QMainWindow, QMessageBox, QPushButton, QSplitter,
+    QVBoxLayout, QWidget,
+)  # fmt: skip
+
+import engine
+
+from .controller import Controller
+from .widgets.chart import DistributionChart
+from .widgets.controls import Controls
+from .widgets.rules_panel import RulesPanel
+from .widgets.token_view import SOURCE_COLORS, TokenView, probability_color
+
+DEFAULT_PROMPT = "mia has a red ball."
+HINT = ("Step one token with Ctrl+→ · click a bar to force that token · click a token to see its "
+        "distribution, then Continue from here to branch")  # fmt: skip
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, model=None, settings: QSettings | None = None):
+        super().__init__()
+        self.model = model if model is not None else engine.load_model()
+        self.prefs = settings if settings is not None else QSettings("TokenPlayground", "Token Playground")
+        self.setWindowTitle(f"Token Playground — {self.model.name}")
+        self.resize(1360, 820)
+
+        self.controls = Controls(self.model.vocab_size, self.model.context_length)
+        self.token_view = TokenView()
+        self.chart = DistributionChart()
+        self.rules_panel = RulesPanel()
+        self.insert_edit = QLineEdit(objectName="insertTextEdit")
+        self.insert_edit.setPlaceholderText("Text to write into the model's output, as if it had said it")
+        self.insert_button = QPushButton("Insert", objectName="insertButton")
+        self.insert_button.setToolTip("Append this text as forced tokens, then carry on (Return)")
+        self.insert_error = QLabel("", objectName="insertError")
+        self.insert_error.setStyleSheet("color: #e74c3c;")
+        self.insert_error.hide()
+        self.continue_button = QPushButton("Continue from here", objectName="continueButton")
+        self.continue_button.setToolTip("Rewind to the selected token and generate a new branch with the current settings")
+        self.continue_button.setEnabled(False)
+        self.hint = QLabel(HINT, objectName="hintLabel")
+        self.hint.setWordWrap(True)
+        self.stop_reason = QLabel("", objectName="stopReasonLabel")
+        self.speed_label = QLabel("", objectName="speedLabel")
+        self.message_label = QLabel("", objectName="messageLabel")
+        self.message_label.setWordWrap(True)
+
+        self._layout()
+        self._menu()
+        self.controller = Controller(self, self.model)
+        self._restore()
+        self.controller.check_prompt()
+
+    # --- public interface ------------------------------------------------------------------------------
+    def session(self) -> "engine.Session | None":
+        return self.controller.worker.session
+
+    def export_trace(self, path) -> Path:
+        """Save the current session's trace (the engine's JSON, written atomically)."""
+        session = self.session()
+        if session is None:
+            raise ValueError("nothing to export yet: generate or step first")
+        with self.controller.worker.lock:  # the worker may be between two steps
+            trace = session.trace()
+        engine.save_trace(trace, path)
+        self.message_label.setText(f"Exported {len(trace['steps'])} steps to {path}")
+        return Path(path)
+
+    def open_trace(self, path) -> dict:
+        trace = engine.load_trace(path)  # ValueError names the first bad field
+        self.controller.open_trace(trace)
+        return trace
+
+    # --- layout ------------------------------------------------------------------------------------------
+    def _layout(self) -> None:
+        insert_row = QHBoxLayout()
+        insert_row.addWidget(QLabel("Insert text"))
+        insert_row.addWidget(self.insert_edit, 1)
+        insert_row.addWidget(self.insert_button)
+        insert_row.addWidget(self.continue_button)
+
+        text_column = QWidget()
+        text_layout = QVBoxLayout(text_column)
+        text_layout.setContentsMargins(0, 0, 0, 0)
+        text_layout.addWidget(self.hint)
+        text_layout.addWidget(self.token_view, 1)
+        text_layout.addWidget(_legend())
+        text_layout.addLayout(insert_row)
+        text_layout.addWidget(self.insert_error)
+
+        left = QSplitter(Qt.Orientation.Vertical)
+        left.addWidget(self.controls)
+        left.addWidget(self.rules_panel)
+        left.setStretchFactor(0, 0)
+        left.setStretchFactor(1, 1)
+
+        main = QSplitter(Qt.Orientation.Horizontal)
+        main.addWidget(left)
+        main.addWidget(text_column)
+        main.addWidget(self.chart)
+        main.setSizes([390, 520, 450])
+        main.setChildrenCollapsible(False)
+
+        central = QWidget()
+        layout = QVBoxLayout(central)
+        layout.setContentsMargins(10, 8, 10, 4)
+        layout.addWidget(main, 1)
+        self.setCentralWidget(central)
+        status = self.statusBar()
+        self.stop_reason.setMinimumWidth(240)
+        self.speed_label.setMinimumWidth(130)
+        self.speed_label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        status.addWidget(self.stop_reason)
+        status.addWidget(self.message_label, 1)
+        status.addPermanentWidget(self.speed_label)
+
+    def _menu(self) -> None:
+        file_menu = self.menuBar().addMenu("&File")
+        export = QAction("Export trace...", self, shortcut=QKeySequence("Ctrl+S"))
+        export.triggered.connect(self._export_dialog)
+        open_ = QAction("Open trace...", self, shortcut=QKeySequence("Ctrl+O"))
+        open_.triggered.connect(self._open_dialog)
+        self.replay_action = QAction("Replay trace", self, shortcut=QKeySequence("Ctrl+P"))
+        self.replay_action.setEnabled(False)
+        self.replay_action.triggered.connect(lambda: self.controller.replay())
+        quit_ = QAction("Quit", self, shortcut=QKeySequence("Ctrl+Q"))
+        quit_.triggered.connect(self.close)
+        for action in (export, open_, self.replay_action):
+            file_menu.addAction(action)
+        file_menu.addSeparator()
+        file_menu.addAction(quit_)
+
+    def _export_dialog(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Export trace", "trace.json", "Trace (*.json)")
+        if path:
+            try:
+                self.export_trace(path)
+            except (ValueError, OSError) as error:
+                QMessageBox.warning(self, "Export trace", str(error))
+
+    def _open_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open trace", "", "Trace (*.json)")
+        if path:
+            try:
+                self.open_trace(path)
+            except ValueError as error:
+                QMessageBox.warning(self, "Open trace", str(error))
+
+    # --- remembered across launches ----------------------------------------------------------------------
+    def _restore(self) -> None:
+        self.controls.prompt.setPlainText(str(self.prefs.value("prompt", DEFAULT_PROMPT)))
+        defaults = {"max_new_tokens": min(60, self.model.context_length), "temperature": 0.0, "seed": 0}
+        try:
+            saved = json.loads(str(self.prefs.value("settings", "")))
+        except json.JSONDecodeError:
+            saved = None
+        self.controls.set_settings(saved if isinstance(saved, dict) else defaults)
+        self.chart.set_stage(str(self.prefs.value("stage", "final")))
+
+    def remember(self) -> None:
+        self.prefs.setValue("prompt", self.controls.prompt.toPlainText())
+        self.prefs.setValue("settings", json.dumps(self.controls.settings()))
+        self.prefs.setValue("stage", self.chart.stage())
+        self.prefs.sync()
+
+    def closeEvent(self, event) -> None:
+        self.remember()
+        self.controller.shutdown()  # stops the worker cleanly before the window goes
+        super().closeEvent(event)
+
+
+def _legend() -> QLabel:
+    swatches = "".join(
+        f'<span style="background-color: {probability_color(p).name(probability_color(p).NameFormat.HexArgb)};">'
+        f"&nbsp;{p:.1f}&nbsp;</span>"
+        for p in (0.0, 0.25, 0.5, 0.75, 1.0)
+    )
+    sources = " &nbsp; ".join(f'<b><u style="color:{color}">{name}</u></b>' for name, color in SOURCE_COLORS.items())
+    label = QLabel(f"probability of the drawn token: {swatches} &nbsp;&nbsp; steered tokens: {sources}")
+    label.setObjectName("legendLabel")
+    label.setTextFormat(Qt.TextFormat.RichText)
+    return label

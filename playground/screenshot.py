@@ -1,0 +1,61 @@
+"""Render the window offscreen after a real generation and save a PNG:
+
+    python -m playground.screenshot docs/screenshot.png
+
+The window generates a story at temperature 1 with a forced word and a rule in place, then selects the
+step where the model chose among several places, so the chart shows a real spread of candidates."""
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from PySide6.QtCore import QSettings, QTimer  # noqa: E402
+from PySide6.QtWidgets import QApplication  # noqa: E402
+
+
+def render(path: Path, timeout_ms: int = 30000) -> Path:
+    app = QApplication.instance() or QApplication([])
+    from .main_window import MainWindow
+
+    prefs = QSettings(str(Path(tempfile.mkdtemp()) / "screenshot.ini"), QSettings.Format.IniFormat)
+    window = MainWindow(settings=prefs)
+    window.resize(1360, 820)
+    window.controls.prompt.setPlainText("ben has a blue kite.".replace("kite", "fan"))
+    window.controls.set_settings({"temperature": 1.0, "top_k": 8, "top_p": 0.95, "seed": 5, "max_new_tokens": 60})
+    window.rules_panel.add_rule(r"now \w+ has the", "choose", " blue| gold", regex=True)
+    window.rules_panel.add_rule("Result:", "command", "python -m pytest -q tests/test_sum.py")
+    window.show()
+    done = {}
+
+    def finished(_reason):
+        view = window.token_view
+        steps = view.steps()
+        # the step with the widest choice: the most candidates above 5% in the final stage
+        widest = max(range(len(steps)), key=lambda i: sum(p > 0.05 for p in steps[i].candidates.final))
+        view.select(widest)
+        window.controller.token_selected(widest)
+        window.chart.flush()
+        QTimer.singleShot(300, save)
+
+    def save():
+        window.chart.flush()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        window.grab().save(str(path))
+        done["ok"] = True
+        window.close()
+
+    window.controller.runFinished.connect(finished)
+    QTimer.singleShot(300, window.controller.generate)
+    QTimer.singleShot(timeout_ms, window.close)
+    app.exec()
+    if not done:
+        raise RuntimeError("the window did not finish generating in time")
+    return path
+
+
+if __name__ == "__main__":
+    target = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/screenshot.png")
+    print(render(target))

@@ -1,0 +1,203 @@
+"""The live next-token chart: the top 20 candidates as horizontal bars (token texts on the left, the
+probability at the end of each bar), the chosen one highlighted, and a switch between the stages of the
+sampler chain. The bar item and the labels are created once and updated in place; repaints are
+throttled to at most 60 per second however fast steps arrive."""
+
+import pyqtgraph as pg
+from PySide6.QtCore import QPointF, Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QFont, QPalette
+from PySide6.QtWidgets import QButtonGroup, QHBoxLayout, QLabel, QRadioButton, QVBoxLayout, QWidget
+
+from engine.steps import TOP_CANDIDATES
+
+STAGES = (("raw", "raw softmax"), ("temperature", "after temperature"), ("top_k", "after top-k"),
+          ("final", "final"))  # fmt: skip
+FRAME_MS = 16  # at most ~60 repaints per second
+LABEL_SPACE = -0.42  # the x range left of 0 that holds the token labels
+LIVE_FPS = 15  # while tokens stream: a person cannot read faster, and painting competes for the GIL
+
+
+def _percent(p: float) -> str:
+    if p == 0:
+        return "0"
+    return f"{p:.3f}" if p >= 0.001 else f"{p:.0e}"
+
+
+def bar_label(token: str) -> str:
+    return token.replace("\n", "↵").replace(" ", "·") or "∅"
+
+
+class DistributionChart(QWidget):
+    barClicked = Signal(int)  # the token id of the clicked bar
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("distributionChart")
+        self.title = QLabel("Next-token distribution")
+        self.title.setObjectName("chartTitle")
+        self.title.setWordWrap(True)
+        bold = self.title.font()
+        bold.setBold(True)
+        self.title.setFont(bold)
+        self.source_note = QLabel("")
+        self.source_note.setWordWrap(True)
+        self.source_note.hide()
+
+        self.plot = pg.PlotWidget()
+        self.plot.setMenuEnabled(False)
+        self.plot.setMouseEnabled(x=False, y=False)
+        self.plot.hideButtons()
+        self.plot.setXRange(LABEL_SPACE, 1.14, padding=0)
+        self.plot.setYRange(-0.6, TOP_CANDIDATES - 0.4, padding=0)
+        self.plot.getPlotItem().invertY(True)
+        self.plot.setLabel("bottom", "probability")
+        self.plot.getAxis("bottom").setTicks([[(p, f"{p:g}") for p in (0, 0.25, 0.5, 0.75, 1)]])
+        self.plot.hideAxis("left")  # token labels are text items: an axis re-measures its labels every frame
+        self._bars = pg.BarGraphItem(x0=[0] * TOP_CANDIDATES, y=list(range(TOP_CANDIDATES)), height=0.72,
+                                     width=[0] * TOP_CANDIDATES)  # fmt: skip
+        self.plot.addItem(self._bars)
+        self._tokens, self._values = [], []
+        for row in range(TOP_CANDIDATES):
+            token = pg.TextItem("", anchor=(1, 0.5))  # right-aligned just left of the bar
+            token.setPos(-0.01, row)
+            value = pg.TextItem("", anchor=(0, 0.5))
+            value.setPos(0, row)
+            for item, items in ((token, self._tokens), (value, self._values)):
+                self.plot.addItem(item)
+                items.append(item)
+        self.plot.scene().sigMouseClicked.connect(self._clicked)
+
+        self.stage_buttons = QButtonGroup(self)
+        stage_row = QHBoxLayout()
+        stage_row.addWidget(QLabel("Stage:"))
+        for index, (key, text) in enumerate(STAGES):
+            button = QRadioButton(text)
+            button.setObjectName(f"stage_{key}")
+            button.setToolTip("show the candidates' probabilities " + text)
+            self.stage_buttons.addButton(button, index)
+            stage_row.addWidget(button)
+        stage_row.addStretch(1)
+        self.stage_buttons.button(len(STAGES) - 1).setChecked(True)
+        self.stage_buttons.idClicked.connect(lambda _id: self._mark_dirty())
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.title)
+        layout.addLayout(stage_row)
+        layout.addWidget(self.plot, 1)
+        layout.addWidget(self.source_note)
+
+        self._candidates = None
+        self._chosen = None
+        self._title = self.title.text()
+        self._dirty = False
+        self.repaints = 0  # counted for the throttle's test and bench
+        self._timer = QTimer(self)
+        self._timer.setInterval(FRAME_MS)
+        self._timer.timeout.connect(self._repaint)
+        self._timer.start()
+        self.apply_palette()
+
+    # --- what to show --------------------------------------------------------------------------------
+    def show_candidates(self, candidates, chosen_id: int | None, title: str) -> None:
+        """Show these candidates (an engine.Candidates) at the next frame; chosen_id is highlighted."""
+        self._candidates, self._chosen, self._title = candidates, chosen_id, title
+        self._mark_dirty()  # the title too: QLabel.setText re-lays out the window, too dear per step
+
+    def clear(self, title: str = "Next-token distribution") -> None:
+        self.show_candidates(None, None, title)
+
+    def stage(self) -> str:
+        return STAGES[self.stage_buttons.checkedId()][0]
+
+    def set_stage(self, key: str) -> None:
+        self.stage_buttons.button([k for k, _ in STAGES].index(key)).setChecked(True)
+        self._mark_dirty()
+
+    def shown(self) -> list[tuple[str, float]]:
+        """(token, probability) per bar as drawn now, for tests and screenshots."""
+        if self._candidates is None:
+            return []
+        return list(zip(self._candidates.tokens, getattr(self._candidates, self.stage())))
+
+    def flush(self) -> None:
+        """Repaint now if anything changed (tests call this instead of waiting a frame)."""
+        self._repaint()
+
+    # --- drawing -------------------------------------------------------------------------------------
+    def apply_palette(self) -> None:
+        palette = self.palette()
+        self.plot.setBackground(palette.color(QPalette.ColorRole.Base))
+        text = palette.color(QPalette.ColorRole.Text)
+        for axis in ("left", "bottom"):
+            self.plot.getAxis(axis).setPen(text)
+            self.plot.getAxis(axis).setTextPen(text)
+        mono = QFont("DejaVu Sans Mono")
+        mono.setPointSize(10)
+        for label in self._tokens:
+            label.setFont(mono)
+            label.setColor(text)
+        bar_color = palette.color(QPalette.ColorRole.Highlight)
+        bar_color.setAlphaF(0.45)
+        self._bar_brush = pg.mkBrush(bar_color)
+        self._chosen_brush = pg.mkBrush(QColor("#e67e22"))
+        self._bars.setOpts(pens=[pg.mkPen(None)] * TOP_CANDIDATES)
+        for label in self._values:
+            label.setColor(text)
+        self._drawn_chosen = None
+        self._drawn_tokens = None
+        self._mark_dirty()
+
+    def _mark_dirty(self) -> None:
+        self._dirty = True
+
+    def _repaint(self) -> None:
+        """Draw what changed since the last frame. Everything here runs Python under the GIL that the
+        worker needs too, so unchanged labels, ticks and brushes are left alone."""
+        if not self._dirty:
+            return
+        self._dirty = False
+        self.repaints += 1
+        if self.title.text() != self._title:
+            self.title.setText(self._title)
+        candidates = self._candidates
+        tokens = candidates.tokens if candidates is not None else ()
+        probabilities = list(getattr(candidates, self.stage())) if candidates is not None else []
+        rows = len(probabilities)
+        chosen = [token_id == self._chosen for token_id in candidates.token_ids] if candidates is not None else []
+        chosen += [False] * (TOP_CANDIDATES - rows)
+        if chosen != self._drawn_chosen:
+            self._bars.setOpts(brushes=[self._chosen_brush if c else self._bar_brush for c in chosen])
+            self._drawn_chosen = chosen
+        self._bars.setOpts(width=probabilities + [0.0] * (TOP_CANDIDATES - rows))
+        if tokens != self._drawn_tokens:
+            for row, label in enumerate(self._tokens):
+                label.setText(bar_label(tokens[row]) if row < len(tokens) else "")
+            self._drawn_tokens = tokens
+        for row, label in enumerate(self._values):
+            text = _percent(probabilities[row]) if row < rows else ""
+            if label.textItem.toPlainText() != text:
+                label.setText(text)
+            if row < rows and label.pos().x() != probabilities[row] + 0.01:
+                label.setPos(probabilities[row] + 0.01, row)
+
+    def set_live(self, live: bool) -> None:
+        """While tokens stream, repaint at most LIVE_FPS times a second; otherwise at up to 60."""
+        self._timer.setInterval(1000 // LIVE_FPS if live else FRAME_MS)
+
+    def _clicked(self, event) -> None:
+        if self._candidates is None or event.button() != Qt.MouseButton.LeftButton:
+            return
+        point = self.plot.getPlotItem().vb.mapSceneToView(QPointF(event.scenePos()))
+        row = round(point.y())
+        if 0 <= row < len(self._candidates.token_ids) and point.x() >= LABEL_SPACE:  # a bar or its label
+            self.barClicked.emit(self._candidates.token_ids[row])
+
+    def bar_scene_position(self, row: int) -> QPointF:
+        """Where bar `row` (or its label) is drawn, in scene coordinates (tests click it there)."""
+        return self.plot.getPlotItem().vb.mapViewToScene(QPointF(0.02, row))
+
+    def set_source_note(self, text: str) -> None:
+        """A line under the chart saying where the numbers come from (e.g. a server's top-N)."""
+        self.source_note.setText(text)
+        self.source_note.setVisible(bool(text))

@@ -1,0 +1,176 @@
+"""The controls: the prompt, the sampler settings, and the run buttons. Values outside what the engine
+accepts cannot be entered (ranges, special 'off' values); a prompt the model cannot encode is underlined
+at the offending character with the engine's own message."""
+
+import random
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QColor, QKeySequence, QShortcut, QTextCharFormat, QTextCursor
+from PySide6.QtWidgets import (
+    QDoubleSpinBox, QGridLayout, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QSlider, QSpinBox,
+    QTextEdit, QToolButton, QVBoxLayout, QWidget,
+)  # fmt: skip
+
+MAX_SEED = 2**31 - 1
+MAX_TEMPERATURE = 5.0
+
+
+class PromptEdit(QPlainTextEdit):
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("promptEdit")
+        self.setPlaceholderText("Type a prompt, then Generate (Ctrl+Return) or Step (Ctrl+Right)")
+        self.setTabChangesFocus(True)
+        self.setMinimumHeight(60)
+        self.setMaximumHeight(140)
+
+    def mark_error(self, position: int | None) -> None:
+        """Underline the character at `position` (None clears the mark)."""
+        selections = []
+        if position is not None:
+            selection = QTextEdit.ExtraSelection()
+            cursor = QTextCursor(self.document())
+            cursor.setPosition(position)
+            cursor.setPosition(min(position + 1, len(self.toPlainText())), QTextCursor.MoveMode.KeepAnchor)
+            selection.cursor = cursor
+            selection.format.setUnderlineStyle(QTextCharFormat.UnderlineStyle.WaveUnderline)
+            selection.format.setUnderlineColor(QColor("#e74c3c"))
+            selection.format.setBackground(QColor(231, 76, 60, 70))
+            selections.append(selection)
+        self.setExtraSelections(selections)
+
+
+class Controls(QWidget):
+    generateClicked = Signal()
+    stepClicked = Signal()
+    stopClicked = Signal()
+    resetClicked = Signal()
+    settingsChanged = Signal()
+
+    def __init__(self, vocab_size: int, context_length: int, parent=None):
+        super().__init__(parent)
+        self.prompt = PromptEdit()
+        self.prompt_error = QLabel("")
+        self.prompt_error.setObjectName("promptError")
+        self.prompt_error.setWordWrap(True)
+        self.prompt_error.setStyleSheet("color: #e74c3c;")
+        self.prompt_error.hide()
+
+        self.temperature_slider = QSlider(Qt.Orientation.Horizontal)
+        self.temperature_slider.setRange(0, int(MAX_TEMPERATURE * 100))
+        self.temperature = QDoubleSpinBox(objectName="temperatureSpin", decimals=2, singleStep=0.05)
+        self.temperature.setRange(0.0, MAX_TEMPERATURE)  # two decimals: 0 (greedy) or >= 0.01
+        self.temperature.setSpecialValueText("0 (greedy)")
+        self.temperature.setToolTip("0 is greedy; otherwise softmax(scores / T)")
+        self.temperature_slider.valueChanged.connect(lambda v: self.temperature.setValue(v / 100))
+        self.temperature.valueChanged.connect(lambda v: self.temperature_slider.setValue(round(v * 100)))
+
+        self.top_k = QSpinBox(objectName="topKSpin")
+        self.top_k.setRange(0, vocab_size)
+        self.top_k.setSpecialValueText("off")
+        self.top_k.setToolTip(f"keep the k most likely tokens (1 to {vocab_size}); off keeps all")
+        self.top_p = QDoubleSpinBox(objectName="topPSpin", decimals=2, singleStep=0.05)
+        self.top_p.setRange(0.0, 1.0)
+        self.top_p.setSpecialValueText("off")
+        self.top_p.setToolTip("keep the smallest set of likely tokens whose probabilities sum to p; off keeps all")
+        self.min_p = QDoubleSpinBox(objectName="minPSpin", decimals=3, singleStep=0.01)
+        self.min_p.setRange(0.0, 1.0)
+        self.min_p.setSpecialValueText("off")
+        self.min_p.setToolTip("keep tokens at least min-p times as likely as the top one; off keeps all")
+        self.seed = QSpinBox(objectName="seedSpin")
+        self.seed.setRange(0, MAX_SEED)
+        self.seed.setToolTip("the random seed: the same seed and settings give the same text")
+        self.new_seed = QToolButton(objectName="newSeedButton", text="New seed")
+        self.new_seed.setToolTip("new random seed")
+        self.new_seed.clicked.connect(lambda: self.seed.setValue(random.randint(0, MAX_SEED)))
+        self.max_tokens = QSpinBox(objectName="maxTokensSpin")
+        self.max_tokens.setRange(1, max(1, context_length))
+        self.max_tokens.setToolTip("stop after this many new tokens")
+
+        self.generate = QPushButton("Generate", objectName="generateButton")
+        self.generate.setToolTip("Generate until the model stops (Ctrl+Return)")
+        self.step = QPushButton("Step", objectName="stepButton")
+        self.step.setToolTip("Take one token (Ctrl+Right)")
+        self.stop = QPushButton("Stop", objectName="stopButton")
+        self.stop.setToolTip("Stop generating (Escape)")
+        self.stop.setEnabled(False)
+        self.reset = QPushButton("Reset", objectName="resetButton")
+        self.reset.setToolTip("Clear the text and start over (Ctrl+R)")
+        self.generate.setDefault(True)
+        for button, signal in ((self.generate, self.generateClicked), (self.step, self.stepClicked),
+                               (self.stop, self.stopClicked), (self.reset, self.resetClicked)):  # fmt: skip
+            button.clicked.connect(signal)
+        for keys, signal in (("Ctrl+Return", self.generateClicked), ("Ctrl+Enter", self.generateClicked),
+                             ("Ctrl+Right", self.stepClicked), ("Escape", self.stopClicked),
+                             ("Ctrl+R", self.resetClicked)):  # fmt: skip
+            shortcut = QShortcut(QKeySequence(keys), self)
+            shortcut.setContext(Qt.ShortcutContext.WindowShortcut)
+            shortcut.activated.connect(signal.emit)
+
+        for spin in (self.temperature, self.top_k, self.top_p, self.min_p, self.seed, self.max_tokens):
+            spin.setKeyboardTracking(False)
+            spin.valueChanged.connect(self.settingsChanged)
+
+        grid = QGridLayout()
+        grid.setHorizontalSpacing(10)
+        grid.addWidget(QLabel("Temperature"), 0, 0)
+        temperature_row = QHBoxLayout()
+        temperature_row.addWidget(self.temperature_slider, 1)
+        temperature_row.addWidget(self.temperature)
+        grid.addLayout(temperature_row, 0, 1, 1, 3)
+        grid.addWidget(QLabel("Top-k"), 1, 0)
+        grid.addWidget(self.top_k, 1, 1)
+        grid.addWidget(QLabel("Top-p"), 1, 2)
+        grid.addWidget(self.top_p, 1, 3)
+        grid.addWidget(QLabel("Min-p"), 2, 0)
+        grid.addWidget(self.min_p, 2, 1)
+        grid.addWidget(QLabel("Max new"), 2, 2)
+        grid.addWidget(self.max_tokens, 2, 3)
+        grid.addWidget(QLabel("Seed"), 3, 0)
+        seed_row = QHBoxLayout()
+        seed_row.addWidget(self.seed, 1)
+        seed_row.addWidget(self.new_seed)
+        grid.addLayout(seed_row, 3, 1, 1, 3)
+
+        buttons = QHBoxLayout()
+        for button in (self.generate, self.step, self.stop, self.reset):
+            buttons.addWidget(button)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(QLabel("Prompt"))
+        layout.addWidget(self.prompt)
+        layout.addWidget(self.prompt_error)
+        layout.addLayout(grid)
+        layout.addLayout(buttons)
+
+    # --- values ----------------------------------------------------------------------------------------
+    def settings(self) -> dict:
+        """The engine settings the controls show (0 means off for top-k, top-p and min-p)."""
+        return {
+            "max_new_tokens": self.max_tokens.value(),
+            "temperature": round(self.temperature.value(), 2),
+            "top_k": self.top_k.value() or None,
+            "top_p": round(self.top_p.value(), 2) or None,
+            "min_p": round(self.min_p.value(), 3) or None,
+            "seed": self.seed.value(),
+        }
+
+    def set_settings(self, settings: dict) -> None:
+        self.max_tokens.setValue(int(settings.get("max_new_tokens") or self.max_tokens.value()))
+        self.temperature.setValue(float(settings.get("temperature") or 0.0))
+        self.top_k.setValue(int(settings.get("top_k") or 0))
+        self.top_p.setValue(float(settings.get("top_p") or 0.0))
+        self.min_p.setValue(float(settings.get("min_p") or 0.0))
+        self.seed.setValue(int(settings.get("seed") or 0))
+
+    def show_prompt_error(self, message: str | None, position: int | None = None) -> None:
+        self.prompt.mark_error(position)
+        self.prompt_error.setText(message or "")
+        self.prompt_error.setVisible(bool(message))
+
+    def set_running(self, running: bool, can_start: bool) -> None:
+        for button, enabled in ((self.generate, not running and can_start), (self.step, not running and can_start),
+                                (self.stop, running)):  # fmt: skip
+            if button.isEnabled() != enabled:
+                button.setEnabled(enabled)

@@ -1,0 +1,248 @@
+"""The worker: owns the engine Session in its own QThread, so the GUI thread never runs model code.
+
+Commands arrive as queued signals (one slot each). Generation runs in short turns of the worker's event
+loop (a few ms of steps each) and posts the next turn to itself, so a command that arrives mid-generation
+(force a token, insert text) is handled within a few ms; Stop sets a thread-safe flag that is checked
+before every step.
+Every step goes to the GUI as one `stepped` signal; any exception becomes a readable `failed` message.
+"""
+
+import threading
+import time
+
+from PySide6.QtCore import QMetaObject, QObject, Qt, QThread, Signal, Slot
+
+import engine
+
+STOPPED_BY_YOU = "stopped by you"
+TICK_SECONDS = 0.004  # a turn of generation: short enough that a click is taken within a few ms
+
+
+class GenerationWorker(QObject):
+    sessionStarted = Signal(object)  # the new engine.Session
+    redraw = Signal(str, object)  # (prompt, copy of the steps): the view shows exactly this session
+    stepped = Signal(object)  # engine.Step
+    preview = Signal(object)  # engine.Candidates of the next step (or None), when paused
+    finished = Signal(str, float)  # stop reason, tokens per second of the run
+    paused = Signal()  # a single command (step, force, insert, rewind) is done
+    failed = Signal(str)  # a readable message; the session is as it was
+    replayed = Signal(object, object)  # (ReplayReport, replayed steps)
+    busyChanged = Signal(bool)
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+        self.session: engine.Session | None = None
+        self.lock = threading.Lock()  # held while the session changes; the GUI takes it to read a trace
+        self._stop = threading.Event()
+        self._generating = False
+        self._run_started = 0.0
+        self._run_steps = 0
+
+    # --- called from the GUI thread ----------------------------------------------------------------
+    def request_stop(self) -> None:
+        """Thread-safe: the running generation stops before its next step."""
+        self._stop.set()
+
+    @property
+    def generating(self) -> bool:
+        return self._generating
+
+    # --- slots: run in the worker thread -----------------------------------------------------------
+    @Slot(object)
+    def start_session(self, request: dict) -> None:
+        """request: {"prompt", "settings": {...}, "rules": [...], "then": "generate" | "step" | None}."""
+        try:
+            session = engine.Session(self.model, request["prompt"], rules=request["rules"], **request["settings"])
+        except ValueError as error:
+            self.failed.emit(str(error))
+            return
+        with self.lock:
+            self.session = session
+        self.sessionStarted.emit(session)
+        self.redraw.emit(session.prompt, [])
+        then = request.get("then")
+        if then == "generate":
+            self.generate()
+        elif then == "step":
+            self.step_once(None)
+        else:
+            self._emit_preview()
+
+    @Slot()
+    def generate(self) -> None:
+        if self.session is None or self._generating:
+            return
+        self._stop.clear()
+        self._generating = True
+        self._run_started, self._run_steps = time.perf_counter(), 0
+        self.busyChanged.emit(True)
+        self._tick()
+
+    @Slot()
+    def _tick(self) -> None:
+        """Steps of a running generation for up to TICK_SECONDS, then the next turn is posted, so queued
+        commands (force, insert) run between two turns. The stop flag is checked before every step."""
+        if not self._generating:
+            return
+        deadline = time.perf_counter() + TICK_SECONDS
+        while True:
+            if self._stop.is_set():
+                self._finish(STOPPED_BY_YOU)
+                return
+            try:
+                with self.lock:
+                    step = self.session.step()
+            except Exception as error:  # noqa: BLE001 - the message reaches the person; the app stays usable
+                self._generating = False
+                self.busyChanged.emit(False)
+                self.failed.emit(f"generation failed: {type(error).__name__}: {error}")
+                return
+            if step is None:
+                self._finish(self.session.stopped or STOPPED_BY_YOU)
+                return
+            self._run_steps += 1
+            self.stepped.emit(step)
+            if time.perf_counter() >= deadline:
+                break
+        QMetaObject.invokeMethod(self, "_tick", Qt.ConnectionType.QueuedConnection)
+
+    def _finish(self, reason: str) -> None:
+        self._generating = False
+        seconds = time.perf_counter() - self._run_started
+        rate = self._run_steps / seconds if seconds > 0 else 0.0
+        self.busyChanged.emit(False)
+        self.finished.emit(reason, rate)  # the GUI asks for the next distribution when it wants it
+
+    @Slot(object)
+    def step_once(self, settings: dict | None = None) -> None:
+        """One step, with the controls' settings if they changed (a logged settings change)."""
+
+        def step(session):
+            if settings:
+                session.update_settings(**settings)
+            session.step()
+
+        if self._command(step, emit=True) and self.session.stopped:
+            self.finished.emit(self.session.stopped, 0.0)
+
+    @Slot()
+    def reset(self) -> None:
+        with self.lock:
+            self.session = None
+        self.sessionStarted.emit(None)
+
+    @Slot(int)
+    def force(self, token_id: int) -> None:
+        """Force the next step's token; when paused, take that step now."""
+
+        def force_and_step(session):
+            session.force_token(token_id)
+            return None if self._generating else session.step()
+
+        self._command(force_and_step, emit=True)
+
+    @Slot(str)
+    def insert(self, text: str) -> None:
+        self._command(lambda s: s.insert_text(text), emit=True)
+
+    @Slot(int, int)
+    def take_instead(self, step_index: int, token_id: int) -> None:
+        """Branch: drop step `step_index` and everything after it, and take `token_id` there instead."""
+
+        def branch(session):
+            session.rewind(len(session.steps) - step_index)
+            session.force_token(token_id)
+            return session.step()
+
+        self._command(branch, emit=True, rewound=True)
+
+    @Slot(int, object)
+    def continue_from(self, keep: int, settings: dict) -> None:
+        """Keep the first `keep` steps, apply the controls' settings (a new branch) and generate."""
+
+        def branch(session):
+            session.rewind(len(session.steps) - keep)
+            session.update_settings(**settings)
+
+        if self._command(branch, emit=False, rewound=True):
+            self.generate()
+
+    @Slot(object)
+    def continue_with(self, settings: dict) -> None:
+        """Generate on from where the session is, with the controls' settings."""
+        if self._command(lambda s: s.update_settings(**settings), emit=False):
+            self.generate()
+
+    @Slot(object)
+    def replay(self, trace: dict) -> None:
+        try:
+            session, report = engine.replay_session(trace, self.model)
+        except ValueError as error:
+            self.failed.emit(f"replay failed: {error}")
+            return
+        with self.lock:
+            self.session = session
+        self.sessionStarted.emit(session)
+        self.redraw.emit(session.prompt, list(session.steps))
+        self.replayed.emit(report, list(session.steps))
+        self._emit_preview()
+
+    # --- helpers -------------------------------------------------------------------------------------
+    def _command(self, action, emit: bool, rewound: bool = False) -> bool:
+        """Run one steering action on the session; a ValueError changes nothing and reaches the GUI."""
+        if self.session is None:
+            self.failed.emit("no session yet: press Generate or Step first")
+            return False
+        try:
+            with self.lock:
+                before = len(self.session.steps)
+                action(self.session)
+                steps = list(self.session.steps)
+        except ValueError as error:
+            self.failed.emit(str(error))
+            return False
+        if rewound:
+            self.redraw.emit(self.session.prompt, steps)  # the GUI redraws the branch
+        elif emit:
+            for step in steps[before:]:
+                self.stepped.emit(step)
+        if emit and not self._generating:
+            self.paused.emit()
+            self._emit_preview()
+        return True
+
+    @Slot()
+    def send_preview(self) -> None:
+        self._emit_preview()
+
+    def _emit_preview(self) -> None:
+        if self.session is None or self._generating:
+            return
+        try:
+            with self.lock:
+                candidates = self.session.peek()
+        except Exception as error:  # noqa: BLE001
+            self.failed.emit(f"could not compute the next distribution: {error}")
+            return
+        self.preview.emit(candidates)
+
+
+class WorkerThread:
+    """The worker and its QThread, started together and stopped cleanly (no 'Destroyed while running')."""
+
+    def __init__(self, model):
+        self.thread = QThread()
+        self.thread.setObjectName("generation worker")
+        self.worker = GenerationWorker(model)
+        self.worker.moveToThread(self.thread)
+        self.thread.start()
+
+    def shutdown(self, timeout_ms: int = 5000) -> None:
+        if not self.thread.isRunning():
+            return
+        self.worker.request_stop()
+        self.thread.quit()
+        if not self.thread.wait(timeout_ms):  # a step in progress finishes first; never kill it midway
+            self.thread.terminate()
+            self.thread.wait()
