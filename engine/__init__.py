@@ -1,6 +1,7 @@
 """Token Playground's engine: numpy models, sampling and the generation loop. Imports no Qt."""
 
-from .checkpoint import load_story_model, resources_dir
+from .checkpoint import resources_dir
+from .loading import load_model, smollm2_path
 from .model import Config, StoryModel
 from .rules import CommandTool, Rule
 from .sampling import Settings, next_token_probs
@@ -11,13 +12,8 @@ from .trace import ReplayReport, load_trace, replay, replay_session, save_trace
 __version__ = "0.1.0"
 
 
-def load_model(path=None):
-    """The shipped story model (path=None) or a story-model checkpoint directory / .npz file."""
-    return load_story_model(path)
-
-
 __all__ = [
     "Candidates", "CommandTool", "Config", "GenerationResult", "ReplayReport", "Rule", "Session", "Settings",
     "Step", "StoryModel", "generate", "load_model", "load_trace", "next_token_probs", "replay",
-    "replay_session", "resources_dir", "save_trace", "__version__",
+    "replay_session", "resources_dir", "save_trace", "smollm2_path", "__version__",
 ]  # fmt: skip

@@ -196,9 +196,11 @@ class StoryModel:
     def new_cache(self) -> KVCache:
         return KVCache(self.config)
 
-    def decode(self, ids, cache: KVCache) -> np.ndarray:
-        """Incremental decode: the ids continue the cached text -> float32 scores [len(ids), vocab]."""
-        return forward(self.params, self.config, self._checked_ids(ids, already=cache.length), cache)
+    def decode(self, ids, cache: KVCache, last_only: bool = False) -> np.ndarray:
+        """Incremental decode: the ids continue the cached text -> float32 scores [len(ids), vocab]
+        (last_only: the story model is small enough to score every position anyway; [1, vocab] back)."""
+        scores = forward(self.params, self.config, self._checked_ids(ids, already=cache.length), cache)
+        return scores[-1:] if last_only else scores
 
     def _checked_ids(self, ids, already: int) -> np.ndarray:
         array = np.asarray(ids)

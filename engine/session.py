@@ -102,7 +102,7 @@ class Session:
         dists = self._maker.distributions(scores)
         final = dists[-1]
         if self.settings.temperature == 0:
-            token_id, u = int(dists[0][0]), None  # the ranking's first: highest score, lowest id
+            token_id, u = int(dists[0][0]), None  # the best candidate: highest score, lowest id
         else:
             u = self._rng.random()
             self._draws += 1
@@ -216,7 +216,7 @@ class Session:
     def _scores(self) -> np.ndarray:
         """Scores for the next position: feeds every token not yet in the cache in one forward."""
         if self._next_scores is None:
-            self._next_scores = self.model.decode(self.ids[self._cache.length :], self._cache)[-1]
+            self._next_scores = self.model.decode(self.ids[self._cache.length :], self._cache, last_only=True)[-1]
         return self._next_scores
 
     def _append(self, token_id, source, scores, dists=None, u=None, options=None) -> Step:

@@ -2,9 +2,7 @@
 
 from dataclasses import asdict, dataclass, fields
 
-import numpy as np
-
-from .sampling import Settings, rank_by_score, sampling_stages, softmax
+from .sampling import Settings, model_rank, sampling_stages, softmax, top_ids
 
 TOP_CANDIDATES = 20  # candidates kept per step: the chart's bars
 SOURCES = ("model", "forced", "rule", "tool")
@@ -65,14 +63,12 @@ class StepMaker:
         return text
 
     def distributions(self, scores):
-        """-> (ranking, raw, tempered, top_k, final): everything a step needs to know, from one row."""
-        ranking = rank_by_score(scores)
+        """-> (top ids, raw, tempered, top_k, final): everything a step needs to know, from one row."""
         raw = softmax(scores)
-        return (ranking, raw, *sampling_stages(scores, self.settings, ranking, raw))
+        return (top_ids(scores, TOP_CANDIDATES), raw, *sampling_stages(scores, self.settings, raw))
 
     def candidates(self, dists) -> Candidates:
-        ranking, raw, tempered, top_k, final = dists
-        top = ranking[:TOP_CANDIDATES]
+        top, raw, tempered, top_k, final = dists
         top_ids = top.tolist()
         return Candidates(
             token_ids=tuple(top_ids),
@@ -85,7 +81,7 @@ class StepMaker:
 
     def make(self, scores, token_id: int, source: str, dists=None, draw=None, options=None) -> Step:
         dists = dists if dists is not None else self.distributions(scores)
-        ranking, raw, _tempered, _top_k, final = dists
+        _top, raw, _tempered, _top_k, final = dists
         candidates = self.candidates(dists)
         token_id, choice = int(token_id), candidates.token_ids[0]
         return Step(
@@ -94,7 +90,7 @@ class StepMaker:
             probability=float(final[token_id]),
             source=source,
             model_probability=float(raw[token_id]),
-            model_rank=int(np.flatnonzero(ranking == token_id)[0]) + 1,
+            model_rank=model_rank(scores, token_id),
             model_choice=self.text(choice),
             model_choice_id=choice,
             candidates=candidates,

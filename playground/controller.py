@@ -15,8 +15,17 @@ from .worker import STOPPED_BY_YOU, WorkerThread
 
 FLUSH_MS = 16  # new tokens reach the view in batches, at most ~60 times a second
 LIVE_FLUSH_MS = 33  # ~30 times a second while streaming: the GUI's Python work shares the GIL with the worker
+OPEN_GGUF = "open a gguf file"
+STORY_EXAMPLE = "mia has a red ball."
+CHAT_EXAMPLE = "What is the capital of France?"
+TEXT_EXAMPLE = "The quick brown fox"
+EXAMPLE_PROMPTS = {"story model": STORY_EXAMPLE}
 PREVIEW_DELAY_MS = 40  # after a run, the next token's distribution is computed once no new run has begun
 STOP_TEXT = {"max_new_tokens": "max new tokens"}
+
+
+def _has_chat_template(model) -> bool:
+    return bool(getattr(model.tokenizer, "chat_template", None))
 
 
 class Controller(QObject):
@@ -31,10 +40,12 @@ class Controller(QObject):
     replayTrace = Signal(object)
     resetSession = Signal()
     requestPreview = Signal()
+    loadModel = Signal(object)
     # for outside observers (tests, bench)
     runFinished = Signal(str)
     idle = Signal()
     message = Signal(str)
+    modelChanged = Signal(object)
 
     def __init__(self, window, model):
         super().__init__(window)
@@ -43,6 +54,7 @@ class Controller(QObject):
         self.threads = WorkerThread(model)
         self.worker = self.threads.worker
         self.running = False
+        self.loading = False
         self.trace_viewed: dict | None = None
         self._pending = []  # steps received, not yet in the view
         self._next = None  # the next step's candidates, when paused
@@ -62,7 +74,8 @@ class Controller(QObject):
                              (self.forceToken, worker.force), (self.insertText, worker.insert),
                              (self.takeInstead, worker.take_instead), (self.continueFrom, worker.continue_from),
                              (self.continueWith, worker.continue_with), (self.replayTrace, worker.replay),
-                             (self.resetSession, worker.reset), (self.requestPreview, worker.send_preview)):  # fmt: skip
+                             (self.resetSession, worker.reset), (self.requestPreview, worker.send_preview),
+                             (self.loadModel, worker.load_model)):  # fmt: skip
             signal.connect(slot)
         worker.stepped.connect(self._on_step)
         worker.redraw.connect(self._on_redraw)
@@ -72,6 +85,8 @@ class Controller(QObject):
         worker.failed.connect(self._on_failed)
         worker.busyChanged.connect(self._on_busy)
         worker.replayed.connect(self._on_replayed)
+        worker.loadProgress.connect(self._on_load_progress)
+        worker.modelLoaded.connect(self._on_model_loaded)
 
         c = w.controls
         c.generateClicked.connect(self.generate)
@@ -79,6 +94,9 @@ class Controller(QObject):
         c.stopClicked.connect(self.stop)
         c.resetClicked.connect(self.reset)
         c.prompt.textChanged.connect(self.check_prompt)
+        c.chat_format.toggled.connect(lambda _on: self.check_prompt())
+        c.model_picker.activated.connect(self.pick_model)
+        self._fill_model_picker()
         w.chart.barClicked.connect(self.bar_clicked)
         w.token_view.stepClicked.connect(self.token_selected)
         w.insert_button.clicked.connect(self.insert)
@@ -195,11 +213,89 @@ class Controller(QObject):
             self._set_status("Replaying...")
             self.replayTrace.emit(self.trace_viewed)
 
+    # --- models ------------------------------------------------------------------------------------------
+    def _fill_model_picker(self) -> None:
+        picker = self.window.controls.model_picker
+        picker.clear()
+        picker.addItem("Story model (built in)", None)
+        if engine.smollm2_path() is not None:
+            picker.addItem("SmolLM2-135M-Instruct", "smollm2")
+        if self.model.name not in ("story model",) and getattr(self.model, "source", "") not in ("", None):
+            if engine.smollm2_path() is None or self.model.source != str(engine.smollm2_path()):
+                picker.addItem(self.model.name, self.model.source)
+        picker.addItem("Open GGUF file...", OPEN_GGUF)
+        picker.setCurrentIndex(self._picker_index_of_current())
+        self._apply_model_limits()
+
+    def _picker_index_of_current(self) -> int:
+        picker = self.window.controls.model_picker
+        source = getattr(self.model, "source", None)
+        for index in range(picker.count()):
+            data = picker.itemData(index)
+            if (data is None and source is None) or data == source or (
+                data == "smollm2" and source and source == str(engine.smollm2_path())
+            ):
+                return index
+        return 0
+
+    def pick_model(self, index: int) -> None:
+        picker = self.window.controls.model_picker
+        source = picker.itemData(index)
+        if index == self._picker_index_of_current() or self.running:
+            picker.setCurrentIndex(self._picker_index_of_current())
+            return
+        if source == OPEN_GGUF:
+            from PySide6.QtWidgets import QFileDialog
+
+            path, _ = QFileDialog.getOpenFileName(self.window, "Open a GGUF model", "", "GGUF models (*.gguf)")
+            picker.setCurrentIndex(self._picker_index_of_current())
+            if not path:
+                return
+            source = path
+        self.open_model(source)
+
+    def open_model(self, source) -> None:
+        """Load a model in the worker (None: the story model); the window keeps the old one until it is in."""
+        self.worker.request_stop()
+        controls = self.window.controls
+        controls.load_progress.setValue(0)
+        controls.load_progress.show()
+        controls.set_running(True, can_start=False)
+        self.loading = True
+        self._set_status(f"Loading {source or 'the story model'}...")
+        self.loadModel.emit(source)
+
+    def _on_load_progress(self, done: int, total: int) -> None:
+        bar = self.window.controls.load_progress
+        bar.setMaximum(max(total, 1))
+        bar.setValue(done)
+
+    def _on_model_loaded(self, model) -> None:
+        self.model = model
+        self.loading = False
+        self.window.model = model
+        self.window.setWindowTitle(f"Token Playground — {model.name}")
+        self.window.controls.load_progress.hide()
+        self.reset()
+        example = EXAMPLE_PROMPTS.get(model.name) or (CHAT_EXAMPLE if _has_chat_template(model) else TEXT_EXAMPLE)
+        self.window.controls.prompt.setPlainText(example)
+        self._fill_model_picker()
+        self._checked_prompt = (None, None, None)
+        self.check_prompt()
+        self._set_status(f"{model.name}: {model.vocab_size:,} tokens, {model.context_length:,} positions")
+        self.modelChanged.emit(model)
+
+    def _apply_model_limits(self) -> None:
+        self.window.controls.set_model_limits(self.model.vocab_size, self.model.context_length,
+                                              _has_chat_template(self.model))  # fmt: skip
+
     # --- checks ------------------------------------------------------------------------------------------
     def check_prompt(self) -> bool:
         """Flag a prompt the model cannot take at the offending character, with the engine's message."""
         controls = self.window.controls
         prompt = controls.prompt.toPlainText()
+        if controls.chat_format.isChecked() and controls.chat_format.isEnabled():
+            prompt = "\x00chat\x00" + prompt  # a different key: the rendered prompt is checked
         if prompt != self._checked_prompt[0]:
             self._checked_prompt = (prompt, *self._prompt_problem(prompt))
             controls.show_prompt_error(*self._checked_prompt[1:])
@@ -207,9 +303,19 @@ class Controller(QObject):
         controls.set_running(self.running, can_start=ok)
         return ok
 
-    def _prompt_problem(self, prompt: str) -> tuple[str | None, int | None]:
+    def prompt_text(self) -> str:
+        """The prompt the session gets: the box's text, or with Chat format, that text as a user's turn in
+        the model's chat template."""
+        controls = self.window.controls
+        text = controls.prompt.toPlainText()
+        if controls.chat_format.isChecked() and controls.chat_format.isEnabled() and text:
+            return self.model.chat_prompt(text)
+        return text
+
+    def _prompt_problem(self, key: str) -> tuple[str | None, int | None]:
         """(the engine's message, the offending position) or (None, None) when the model can take it."""
         try:
+            prompt = self.prompt_text()
             ids = self.model.tokenizer.encode(prompt)
         except UnknownCharacterError as error:
             return str(error), error.position
@@ -238,8 +344,8 @@ class Controller(QObject):
         except ValueError as error:
             self._set_status(str(error), error=True)
             return None
-        return {"prompt": self.window.controls.prompt.toPlainText(), "settings": self.window.controls.settings(),
-                "rules": rules, "then": then}  # fmt: skip
+        return {"prompt": self.prompt_text(), "settings": self.window.controls.settings(), "rules": rules,
+                "then": then}  # fmt: skip
 
     # --- from the worker ---------------------------------------------------------------------------------
     def _on_step(self, step) -> None:
@@ -287,6 +393,10 @@ class Controller(QObject):
 
     def _on_failed(self, text: str) -> None:
         self.flush()
+        if self.loading:  # the old model stays
+            self.loading = False
+            self.window.controls.load_progress.hide()
+            self.window.controls.model_picker.setCurrentIndex(self._picker_index_of_current())
         if not self.worker.generating:
             self.running = False
             self.window.controls.set_running(False, can_start=self.check_prompt())

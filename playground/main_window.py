@@ -156,7 +156,8 @@ class MainWindow(QMainWindow):
 
     # --- remembered across launches ----------------------------------------------------------------------
     def _restore(self) -> None:
-        self.controls.prompt.setPlainText(str(self.prefs.value("prompt", DEFAULT_PROMPT)))
+        default = DEFAULT_PROMPT if self.model.name == "story model" else "What is the capital of France?"
+        self.controls.prompt.setPlainText(str(self.prefs.value(f"prompt/{self.model.name}", default)))
         defaults = {"max_new_tokens": min(60, self.model.context_length), "temperature": 0.0, "seed": 0}
         try:
             saved = json.loads(str(self.prefs.value("settings", "")))
@@ -166,7 +167,7 @@ class MainWindow(QMainWindow):
         self.chart.set_stage(str(self.prefs.value("stage", "final")))
 
     def remember(self) -> None:
-        self.prefs.setValue("prompt", self.controls.prompt.toPlainText())
+        self.prefs.setValue(f"prompt/{self.model.name}", self.controls.prompt.toPlainText())
         self.prefs.setValue("settings", json.dumps(self.controls.settings()))
         self.prefs.setValue("stage", self.chart.stage())
         self.prefs.sync()

@@ -28,6 +28,8 @@ class GenerationWorker(QObject):
     failed = Signal(str)  # a readable message; the session is as it was
     replayed = Signal(object, object)  # (ReplayReport, replayed steps)
     busyChanged = Signal(bool)
+    loadProgress = Signal(int, int)  # (done, total) while a model loads
+    modelLoaded = Signal(object)  # the new model; the old session is gone
 
     def __init__(self, model):
         super().__init__()
@@ -211,6 +213,21 @@ class GenerationWorker(QObject):
             self.paused.emit()
             self._emit_preview()
         return True
+
+    @Slot(object)
+    def load_model(self, source) -> None:
+        """Load a model here, off the GUI thread (engine.load_model's argument); on failure keep the old one."""
+        try:
+            model = engine.load_model(source, progress=lambda done, total: self.loadProgress.emit(done, total))
+        except (ValueError, OSError) as error:
+            self.failed.emit(f"could not open {source}: {error}")
+            return
+        except Exception as error:  # noqa: BLE001 - any other failure is reported, the old model stays
+            self.failed.emit(f"could not open {source}: {type(error).__name__}: {error}")
+            return
+        with self.lock:
+            self.model, self.session = model, None
+        self.modelLoaded.emit(model)
 
     @Slot()
     def send_preview(self) -> None:

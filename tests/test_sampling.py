@@ -133,3 +133,14 @@ def test_probabilities_are_a_distribution_with_zeros_exactly_where_a_filter_remo
     if chain["top_k"] is not None:
         assert np.count_nonzero(probs) <= chain["top_k"]
     np.testing.assert_allclose(probs[kept], tempered[kept] / tempered[kept].sum(), rtol=1e-4, atol=1e-7)
+
+
+@given(scores=arrays(np.float32, st.integers(1, 300), elements=st.sampled_from([-1.0, 0.0, 0.5, 2.0, 7.25])),
+       n=st.integers(1, 320))  # fmt: skip
+def test_top_ids_and_rank_agree_with_a_full_stable_sort(scores, n):
+    from engine.sampling import model_rank, top_ids
+
+    ranking = np.argsort(-scores, kind="stable")
+    assert top_ids(scores, n).tolist() == ranking[:n].tolist()
+    for position, token in enumerate(ranking[:10]):
+        assert model_rank(scores, int(token)) == position + 1

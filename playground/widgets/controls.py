@@ -7,8 +7,8 @@ import random
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor, QKeySequence, QShortcut, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
-    QDoubleSpinBox, QGridLayout, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QSlider, QSpinBox,
-    QTextEdit, QToolButton, QVBoxLayout, QWidget,
+    QCheckBox, QComboBox, QDoubleSpinBox, QGridLayout, QHBoxLayout, QLabel, QPlainTextEdit, QProgressBar,
+    QPushButton, QSlider, QSpinBox, QTextEdit, QToolButton, QVBoxLayout, QWidget,
 )  # fmt: skip
 
 MAX_SEED = 2**31 - 1
@@ -49,6 +49,15 @@ class Controls(QWidget):
 
     def __init__(self, vocab_size: int, context_length: int, parent=None):
         super().__init__(parent)
+        self.model_picker = QComboBox(objectName="modelPicker")
+        self.model_picker.setToolTip("The model to run: the built-in story model, SmolLM2 when installed, or a GGUF file")
+        self.chat_format = QCheckBox("Chat format", objectName="chatFormatBox")
+        self.chat_format.setToolTip("Send the prompt as a user's turn, rendered with the model's own chat template")
+        self.chat_format.setEnabled(False)
+        self.load_progress = QProgressBar(objectName="loadProgress")
+        self.load_progress.setTextVisible(True)
+        self.load_progress.setFormat("loading the model... %p%")
+        self.load_progress.hide()
         self.prompt = PromptEdit()
         self.prompt_error = QLabel("")
         self.prompt_error.setObjectName("promptError")
@@ -136,9 +145,19 @@ class Controls(QWidget):
         for button in (self.generate, self.step, self.stop, self.reset):
             buttons.addWidget(button)
 
+        model_row = QHBoxLayout()
+        model_row.addWidget(QLabel("Model"))
+        model_row.addWidget(self.model_picker, 1)
+        prompt_row = QHBoxLayout()
+        prompt_row.addWidget(QLabel("Prompt"))
+        prompt_row.addStretch(1)
+        prompt_row.addWidget(self.chat_format)
+
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(QLabel("Prompt"))
+        layout.addLayout(model_row)
+        layout.addWidget(self.load_progress)
+        layout.addLayout(prompt_row)
         layout.addWidget(self.prompt)
         layout.addWidget(self.prompt_error)
         layout.addLayout(grid)
@@ -163,6 +182,13 @@ class Controls(QWidget):
         self.top_p.setValue(float(settings.get("top_p") or 0.0))
         self.min_p.setValue(float(settings.get("min_p") or 0.0))
         self.seed.setValue(int(settings.get("seed") or 0))
+
+    def set_model_limits(self, vocab_size: int, context_length: int, has_chat_template: bool) -> None:
+        self.top_k.setRange(0, vocab_size)
+        self.top_k.setToolTip(f"keep the k most likely tokens (1 to {vocab_size}); off keeps all")
+        self.max_tokens.setRange(1, max(1, context_length))
+        self.chat_format.setEnabled(has_chat_template)
+        self.chat_format.setChecked(has_chat_template)
 
     def show_prompt_error(self, message: str | None, position: int | None = None) -> None:
         self.prompt.mark_error(position)

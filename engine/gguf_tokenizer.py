@@ -1,0 +1,91 @@
+"""The tokenizer of a GGUF model, built from the file's metadata with Hugging Face `tokenizers`.
+
+Byte-level BPE (tokenizer.ggml.model = "gpt2"): the vocabulary and merges come from the file; control
+tokens such as <|im_start|> are added as special tokens, so they stay single tokens in a prompt; the
+pre-tokenizer follows tokenizer.ggml.pre (the split rules llama.cpp uses for that name); BOS is added when
+the file asks for it. A "chat format" renders a prompt with the file's own chat template (jinja2).
+"""
+
+import jinja2
+import jinja2.sandbox
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+
+CONTROL, USER_DEFINED = 3, 4  # llama.cpp token types
+
+# Split rules by tokenizer.ggml.pre (from llama.cpp's llama-vocab.cpp). The GPT-2 rule is ByteLevel's own.
+GPT2 = "gpt2"
+LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+          r"|\s*[\r\n]+|\s+(?!\S)|\s+")  # fmt: skip
+QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+         r"|\s*[\r\n]+|\s+(?!\S)|\s+")  # fmt: skip
+PRE_TOKENIZERS = {
+    "default": (False, GPT2), "gpt2": (False, GPT2),
+    "smollm": (True, GPT2),  # every digit on its own, then GPT-2's rule
+    "llama-bpe": (False, LLAMA3), "llama3": (False, LLAMA3), "smaug-bpe": (False, LLAMA3),
+    "qwen2": (False, QWEN2),
+}  # fmt: skip
+
+
+def build_tokenizer(spec: dict) -> Tokenizer:
+    """spec: tokens, merges, token_types, pre (from the GGUF metadata) -> a Hugging Face Tokenizer."""
+    if spec["model"] != "gpt2":
+        raise ValueError(f"tokenizer model {spec['model']!r} is not supported (only byte-level BPE, 'gpt2')")
+    vocab = {token: index for index, token in enumerate(spec["tokens"])}
+    merges = [tuple(merge.split(" ", 1)) for merge in spec["merges"]]
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, ignore_merges=False))
+    digits, rule = PRE_TOKENIZERS.get(spec["pre"], (False, GPT2))
+    steps = [pre_tokenizers.Digits(individual_digits=True)] if digits else []
+    if rule == GPT2:
+        steps.append(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True))
+    else:
+        steps += [pre_tokenizers.Split(Regex(rule), behavior="isolated"),
+                  pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]  # fmt: skip
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(steps)
+    tokenizer.decoder = decoders.ByteLevel()
+    added = [
+        AddedToken(token, special=kind == CONTROL, normalized=False)
+        for token, kind in zip(spec["tokens"], spec["token_types"])
+        if kind in (CONTROL, USER_DEFINED)
+    ]
+    tokenizer.add_tokens(added)
+    return tokenizer
+
+
+class GGUFTokenizer:
+    """encode(text) -> ids and decode(ids) -> text, with the surface the engine and the window use."""
+
+    def __init__(self, tokenizer: Tokenizer, spec: dict):
+        self.hf = tokenizer
+        self.vocab_size = len(spec["tokens"])
+        self.bos_id = spec.get("bos_id")
+        self.add_bos = bool(spec.get("add_bos")) and self.bos_id is not None
+        self.chat_template = spec.get("chat_template")
+        self.bos_text, self.eos_text = spec.get("bos_text", ""), spec.get("eos_text", "")
+        self.pre = spec["pre"]
+        self.special_tokens = {spec["tokens"][i]: i for i, kind in enumerate(spec["token_types"]) if kind == CONTROL}
+
+    def encode(self, text: str) -> list[int]:
+        if not isinstance(text, str):
+            raise ValueError(f"text must be a string, got {type(text).__name__}")
+        ids = self.hf.encode(text, add_special_tokens=False).ids
+        return [self.bos_id] + ids if self.add_bos else ids
+
+    def decode(self, ids) -> str:
+        ids = [int(i) for i in ids]
+        for i in ids:
+            if not 0 <= i < self.vocab_size:
+                raise ValueError(f"token id {i} is outside the vocabulary (0 to {self.vocab_size - 1})")
+        return self.hf.decode(ids, skip_special_tokens=False)
+
+    def chat_prompt(self, user_text: str, system: str | None = None) -> str:
+        """The prompt as the model was trained to see a user's turn (the file's chat template)."""
+        if not self.chat_template:
+            raise ValueError("this model file has no chat template")
+        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user_text}]
+        environment = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        try:
+            template = environment.from_string(self.chat_template)
+            return template.render(messages=messages, add_generation_prompt=True, bos_token=self.bos_text,
+                                   eos_token=self.eos_text)
+        except jinja2.TemplateError as error:
+            raise ValueError(f"the model's chat template failed: {error}") from None
