@@ -131,9 +131,9 @@ def test_a_long_generation_fills_the_context_and_never_asks_for_position_64(stor
     asked = []
     original = story_model.decode
 
-    def recording_decode(ids, cache):
+    def recording_decode(ids, cache, **options):
         asked.append(cache.length + len(ids))
-        return original(ids, cache)
+        return original(ids, cache, **options)
 
     monkeypatch.setattr(story_model, "decode", recording_decode)
     result = engine.generate(story_model, prompt)

@@ -26,9 +26,9 @@ class CountingDecode:
         self.calls = []
         original = model.decode
 
-        def decode(ids, cache):
+        def decode(ids, cache, **options):
             self.calls.append(len(ids))
-            return original(ids, cache)
+            return original(ids, cache, **options)
 
         monkeypatch.setattr(model, "decode", decode)
 
