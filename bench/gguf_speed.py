@@ -70,6 +70,7 @@ def llama_cpp(path, ids, tokens):
     def last_logits():  # only the last position's scores, as the numpy engine computes them
         return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(vocab,))
 
+    llm.eval(ids[:16])  # warm up, as for the numpy engine
     llm.reset()
     started = time.perf_counter()
     llm.eval(ids)
@@ -92,6 +93,7 @@ def main():
     model = engine.load_model("smollm2")
     load = time.perf_counter() - started
     ids = prompt_ids(model)
+    model.decode(ids[:16], model.new_cache())  # warm up: the first pass touches every page once
     rows = [("numpy engine (model.decode)", numpy_engine(model, ids, args.tokens)),
             ("numpy engine (engine.Session)", numpy_session(model, ids, args.tokens)),
             ("llama.cpp (llama-cpp-python)", llama_cpp(engine.smollm2_path(), ids, args.tokens))]  # fmt: skip

@@ -118,7 +118,7 @@ def forward(weights, config: LlamaConfig, ids, cache: LlamaCache, tables, last_o
     start, t = cache.length, len(ids)
     end = start + t
     cos, sin = tables[0][start:end], tables[1][start:end]
-    x = weights["token_embd"][ids]  # [T, d]
+    x = weights["token_embd"][ids]  # [T, d], a fresh array: updated in place below
     dh, hq, hkv = config.head_dim, config.n_heads, config.n_kv_heads
     for layer in range(config.n_layers):
         w = weights[f"blk.{layer}"]
@@ -126,16 +126,14 @@ def forward(weights, config: LlamaConfig, ids, cache: LlamaCache, tables, last_o
         qkv = h @ w["attn_qkv"]  # q, k and v in one product: [T, (Hq + 2 Hkv) dh]
         if config.qkv_bias:
             qkv += w["attn_qkv.bias"]
-        q, k, v = qkv[:, : hq * dh], qkv[:, hq * dh : (hq + hkv) * dh], qkv[:, (hq + hkv) * dh :]
-        q = rope(q.reshape(t, hq, dh), cos, sin, config.rope_neox)
-        k = rope(k.reshape(t, hkv, dh), cos, sin, config.rope_neox)
-        cache.k[layer, :, start:end] = k.transpose(1, 0, 2)
-        cache.v[layer, :, start:end] = v.reshape(t, hkv, dh).transpose(1, 0, 2)
-        attn = gqa_attention(q, cache.k[layer, :, :end], cache.v[layer, :, :end])
-        x = x + attn @ w["attn_output"]
+        qk = rope(qkv[:, : (hq + hkv) * dh].reshape(t, hq + hkv, dh), cos, sin, config.rope_neox)  # q and k heads
+        cache.k[layer, :, start:end] = qk[:, hq:].transpose(1, 0, 2)
+        cache.v[layer, :, start:end] = qkv[:, (hq + hkv) * dh :].reshape(t, hkv, dh).transpose(1, 0, 2)
+        attn = gqa_attention(qk[:, :hq], cache.k[layer, :, :end], cache.v[layer, :, :end])
+        x += attn @ w["attn_output"]
         h = rms_norm(x, w["ffn_norm"], config.rms_eps)
         gate_up = h @ w["ffn_gate_up"]  # [T, 2 d_ff]: gate and up in one product
-        x = x + (silu(gate_up[:, : config.d_ff]) * gate_up[:, config.d_ff :]) @ w["ffn_down"]
+        x += (silu(gate_up[:, : config.d_ff]) * gate_up[:, config.d_ff :]) @ w["ffn_down"]
     cache.length = end
     h = rms_norm(x[-1:] if last_only else x, weights["output_norm"], config.rms_eps)
     return h @ weights["output"]  # [T, vocab]
