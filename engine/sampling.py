@@ -57,8 +57,9 @@ class Settings:
         if not _is_int(self.seed):
             raise ValueError(f"seed must be an int, got {self.seed!r}")
 
-    def check_vocab(self, vocab_size: int) -> "Settings":
-        if self.top_k is not None and self.top_k > vocab_size:
+    def check_vocab(self, vocab_size: int | None) -> "Settings":
+        """Check top_k against the vocabulary (None: a remote model whose vocabulary size is not known)."""
+        if self.top_k is not None and vocab_size is not None and self.top_k > vocab_size:
             raise ValueError(f"top_k must be an int from 1 to {vocab_size} (the vocabulary size), got {self.top_k}")
         return self
 

@@ -6,6 +6,7 @@ Every change to a session is one logged action (sample, force, insert, choose, r
 on a fresh session repeats the same forward passes in the same chunks, so a trace replays bit for bit.
 """
 
+import math
 import random
 from dataclasses import dataclass, replace
 
@@ -43,7 +44,14 @@ class Session:
         self._texts: dict[int, str] = {}
         self._maker = StepMaker(model.tokenizer, self.settings, self._texts)
         self._epochs = [Epoch(0, self.settings, 0)]  # settings in force from a step on; see update_settings
-        self._cache = model.new_cache()
+        # A remote model (an inference server) samples itself: no cache, no scores here. Generation may then
+        # stream several tokens per request; any steering closes the stream first.
+        self.remote = bool(getattr(model, "remote", False))
+        self.stream_generation = False
+        self._stream = None
+        self._stream_action: dict | None = None
+        self._ended_at: int | None = None  # a server ended the text after this many steps
+        self._cache = None if self.remote else model.new_cache()
         self._next_scores = None  # scores for the position after ids[-1], once computed
         # per step, for rewinding without a forward pass: the scores row it was chosen from, the text's
         # length and the number of random draws used before it
@@ -60,7 +68,7 @@ class Session:
     @property
     def stopped(self) -> str | None:
         """Why the model would not take another step now, or None."""
-        if self.steps and self.ids[-1] in self.model.end_token_ids:
+        if self.steps and self.ids[-1] in self.model.end_token_ids or self._ended_at == len(self.steps):
             return self.model.end_reason
         if len(self.steps) >= self.settings.max_new_tokens:
             return "max_new_tokens"
@@ -77,6 +85,8 @@ class Session:
         without taking it; None when the context is full. Computing it now costs the next step nothing."""
         if len(self.ids) >= self.model.context_length:
             return None
+        if self.remote:
+            return self.model.candidates(self.model.next_distribution(self.ids, self.text))
         return self._maker.candidates(self._maker.distributions(self._scores()))
 
     # --- stepping --------------------------------------------------------------------------------
@@ -88,17 +98,23 @@ class Session:
         if self._returned < len(self.steps):
             self._returned += 1
             return self.steps[self._returned - 1]
-        if self._forced is not None:
-            token_id, self._forced = self._forced, None
+        if self._forced is not None:  # actions are logged once done: a failed request changes nothing
+            token_id = self._forced
+            if self.remote:
+                self._append_remote([token_id], "forced")
+            else:
+                self._append(token_id, "forced", self._scores())
+            self._forced = None
             self._log({"kind": "force", "token_id": token_id})
-            self._append(token_id, "forced", self._scores())
             return self._hand_out()
         if self.stopped:
             return None
         if self._fire_rules():
             return self._hand_out()
-        self._log({"kind": "sample"})
+        if self.remote:
+            return self._remote_sample()
         scores = self._scores()
+        self._log({"kind": "sample"})
         dists = self._maker.distributions(scores)
         final = dists[-1]
         if self.settings.temperature == 0:
@@ -109,6 +125,50 @@ class Session:
             token_id = draw(final, u)
         self._append(token_id, "model", scores, dists, u)
         return self._hand_out()
+
+    def _remote_sample(self) -> Step | None:
+        """The server draws the next token: one request, or the next token of an open stream."""
+        if self.stream_generation:
+            opened = self._stream is None
+            if opened:
+                remaining = self.settings.max_new_tokens - len(self.steps)
+                self._stream = self.model.stream(self.ids, self.text, self.settings, remaining)
+            try:
+                token = next(self._stream, None)
+            except ValueError:
+                self._stream = None
+                raise
+            if opened:
+                self._log({"kind": "stream", "n": 0})
+                self._stream_action = self.actions[-1]
+            if token is not None:
+                self._stream_action["n"] += 1
+            else:  # the stream ended: the server stopped the text (or ran to max_tokens)
+                self.interrupt()
+        else:
+            token = self.model.sample(self.ids, self.text, self.settings)
+            self._log({"kind": "sample"})
+        if token is None:  # the server ended the text (or a stream ran out)
+            self._ended_at = len(self.steps)
+            return None
+        step = self.model.make_step(token, "model", ask=not self.stream_generation)
+        self._append_step(step, None)
+        if token.finish == "stop":
+            self._ended_at = len(self.steps)
+        return self._hand_out()
+
+    def interrupt(self) -> None:
+        """Close a server stream now (Stop, or any steering): the server stops generating for us. Token
+        ids a stream left unknown are then asked for where the server needs ids in its prompts."""
+        if self._stream is None:
+            return
+        self._stream.close()
+        self._stream, self._stream_action = None, None
+        start = len(self.prompt_ids)
+        for index, step in enumerate(self.steps):
+            if step.token_id < 0 and step.source == "model":
+                known = replace(step, token_id=self.model.tokenizer.token_id(step.token))
+                self.steps[index], self.ids[start + index] = known, known.token_id
 
     def run(self) -> list[Step]:
         """Step until generation stops; returns the steps this call took."""
@@ -121,6 +181,7 @@ class Session:
     def force_token(self, token_id) -> None:
         """The next step takes this token, whatever its probability (replacing an earlier force)."""
         self._check_token_id(token_id)
+        self.interrupt()
         self._forced = None
         self._check_room(1)
         self._forced = int(token_id)
@@ -140,8 +201,10 @@ class Session:
             self._check_token_id(token_id)
         token_ids = [int(t) for t in token_ids]
         self._check_room(len(token_ids))
+        self.interrupt()
+        steps = self._insert(token_ids, source)
         self._log({"kind": "insert", "token_ids": token_ids, "source": source})
-        return self._handed_to_caller(self._insert(token_ids, source))
+        return self._handed_to_caller(steps)
 
     def choose(self, options, source="forced") -> list[Step]:
         """The next tokens spell one of the options: the one the model, under the current settings, finds
@@ -149,8 +212,10 @@ class Session:
         option's probability is recorded on the first step. No random draw is used."""
         encoded = self._check_options(options)
         self._check_room(max(len(ids) for ids in encoded))
+        self.interrupt()
+        steps = self._choose(list(options), encoded, source)
         self._log({"kind": "choose", "options": list(options), "source": source})
-        return self._handed_to_caller(self._choose(list(options), encoded, source))
+        return self._handed_to_caller(steps)
 
     def update_settings(self, **changes) -> Settings:
         """Change settings from the next step on (a branch with another temperature or seed, say). The
@@ -162,6 +227,7 @@ class Session:
         new = replace(self.settings, **changes).check_vocab(self.model.vocab_size)  # validates
         if new == self.settings:
             return new
+        self.interrupt()
         self._log({"kind": "settings", "settings": new.to_dict()})
         if self._epochs[-1].start == len(self.steps):  # no step since the last change: replace it
             self._epochs.pop()
@@ -176,14 +242,17 @@ class Session:
             raise ValueError(f"can rewind 0 to {len(self.steps)} steps (the steps taken so far), not {n!r}")
         if n == 0:
             return
+        self.interrupt()
         self._log({"kind": "rewind", "n": n})
         keep = len(self.steps) - n
         self._next_scores = self._rows[keep]
+        self._ended_at = None
         self.text = self.text[: self._text_lengths[keep]]
         draws = self._draws_before[keep]
         del self.steps[keep:], self._rows[keep:], self._text_lengths[keep:], self._draws_before[keep:]
         del self.ids[len(self.prompt_ids) + keep :]
-        self._cache.truncate(len(self.ids))
+        if self._cache is not None:
+            self._cache.truncate(len(self.ids))
         while self._epochs[-1].start > keep:  # settings changed after the point we return to
             self._epochs.pop()
         if draws != self._draws or self._epochs[-1].settings != self.settings:
@@ -221,14 +290,26 @@ class Session:
 
     def _append(self, token_id, source, scores, dists=None, u=None, options=None) -> Step:
         step = self._maker.make(scores, token_id, source, dists, u, options)
+        return self._append_step(step, scores)
+
+    def _append_step(self, step: Step, scores) -> Step:
         self.steps.append(step)
         self._rows.append(scores)
         self._text_lengths.append(len(self.text))
-        self._draws_before.append(self._draws - (u is not None))
+        self._draws_before.append(self._draws - (step.draw is not None))
         self.ids.append(step.token_id)
         self.text += step.token
         self._next_scores = None
         return step
+
+    def _append_remote(self, token_ids, source, options=None) -> list[Step]:
+        """Forced tokens on a server: one request scores them all in place (their probabilities and the
+        server's top N at each); the text grows by the server's own rendering of the ids."""
+        text = self.model.tokenizer.decode(token_ids)
+        scored = self.model.score(self.ids, self.text, token_ids, text)
+        steps = [replace(self.model.make_step(token, source, options if index == 0 else None), token_id=token_id)
+                 for index, (token_id, token) in enumerate(zip(token_ids, scored))]  # fmt: skip
+        return [self._append_step(step, None) for step in steps]  # appended only once all are known
 
     def _handed_to_caller(self, steps: list[Step]) -> list[Step]:
         self._returned = len(self.steps)  # the caller has them; step() must not hand them out again
@@ -239,6 +320,8 @@ class Session:
         return self.steps[self._returned - 1]
 
     def _insert(self, token_ids, source, options=None) -> list[Step]:
+        if self.remote:
+            return self._append_remote(token_ids, source, options)
         first_row = self._scores()
         rows = [first_row]
         if len(token_ids) > 1:
@@ -250,7 +333,15 @@ class Session:
         return taken  # the last inserted token is not fed yet; all the others are in the cache
 
     def _option_probabilities(self, encoded) -> list[tuple[float, float]]:
-        """(probability under the settings, raw model probability) of each whole option."""
+        """(probability under the settings, raw model probability) of each whole option. A server reports
+        raw probabilities only, for its top N: an option with a token outside them counts as 0."""
+        if self.remote:
+            results = []
+            for token_ids in encoded:
+                scored = self.model.score(self.ids, self.text, token_ids, self.model.tokenizer.decode(token_ids))
+                p = math.prod(math.exp(t.logprob) if t.logprob is not None else 0.0 for t in scored)
+                results.append((p, p))
+            return results
         first = self._scores()
         start = self._cache.length
         results = []
@@ -290,8 +381,9 @@ class Session:
             if max(map(len, encoded)) > room:
                 self.events.append(f"rule {rule.when!r}: its options do not fit in the context")
                 return False
+            steps = self._choose(list(rule.choose), encoded, "rule")
             self._log({"kind": "choose", "options": list(rule.choose), "source": "rule"})
-            return bool(self._choose(list(rule.choose), encoded, "rule"))
+            return bool(steps)
         source, text = "rule", rule.insert
         if rule.action == "tool":
             source = "tool"
@@ -313,8 +405,9 @@ class Session:
             token_ids = token_ids[:room]
         if not token_ids:
             return False
+        steps = self._insert(token_ids, source)
         self._log({"kind": "insert", "token_ids": token_ids, "source": source})
-        return bool(self._insert(token_ids, source))
+        return bool(steps)
 
     def _log(self, action: dict) -> None:
         self.actions.append(action)
@@ -322,7 +415,10 @@ class Session:
     def _check_token_id(self, token_id) -> None:
         if not isinstance(token_id, (int, np.integer)) or isinstance(token_id, (bool, np.bool_)):
             raise ValueError(f"token id must be an int, got {token_id!r}")
-        if not 0 <= token_id < self.model.vocab_size:
+        if self.model.vocab_size is None:  # a server's vocabulary: its tokenizer says what is valid
+            if token_id < 0:
+                raise ValueError(f"token id {token_id} is negative")
+        elif not 0 <= token_id < self.model.vocab_size:
             raise ValueError(f"token id {token_id} is outside the vocabulary (0 to {self.model.vocab_size - 1})")
 
     def _check_room(self, count: int) -> None:

@@ -25,11 +25,11 @@ class Candidates:
 @dataclass(frozen=True)
 class Step:
     token: str  # the chosen token's text
-    token_id: int
-    probability: float  # in the distribution it was drawn from (the final stage)
+    token_id: int  # -1: a server reported the token by its text only
+    probability: float | None  # in the distribution it was drawn from; None: unknown (outside a server's top N)
     source: str  # "model", "forced", "rule" or "tool"
-    model_probability: float  # in the model's raw softmax, temperature 1, before any filter
-    model_rank: int  # 1 = the model's most likely token
+    model_probability: float | None  # in the model's raw softmax, temperature 1, before any filter
+    model_rank: int  # 1 = the model's most likely token; 0 = unknown (outside a server's top N)
     model_choice: str  # the token greedy decoding would have picked
     model_choice_id: int
     candidates: Candidates
@@ -110,12 +110,13 @@ def _step_from_dict(data) -> Step:
     for name in ("token", "model_choice"):
         if not isinstance(values[name], str):
             raise ValueError(f"step field {name!r} must be a string")
-    for name in ("token_id", "model_rank", "model_choice_id"):
-        if not isinstance(values[name], int) or isinstance(values[name], bool) or values[name] < 0:
-            raise ValueError(f"step field {name!r} must be a non-negative int")
+    for name, lowest in (("token_id", -1), ("model_rank", 0), ("model_choice_id", -1)):
+        if not isinstance(values[name], int) or isinstance(values[name], bool) or values[name] < lowest:
+            raise ValueError(f"step field {name!r} must be an int >= {lowest}")
     for name in ("probability", "model_probability"):
-        if not isinstance(values[name], (int, float)) or not 0 <= values[name] <= 1:
-            raise ValueError(f"step field {name!r} must be a probability in [0, 1]")
+        value = values[name]
+        if value is not None and (not isinstance(value, (int, float)) or not 0 <= value <= 1):
+            raise ValueError(f"step field {name!r} must be a probability in [0, 1] or null")
     if values["source"] not in SOURCES:
         raise ValueError(f"step field 'source' must be one of {SOURCES}, got {values['source']!r}")
     if values["draw"] is not None and not (isinstance(values["draw"], float) and 0 <= values["draw"] < 1):
@@ -124,9 +125,11 @@ def _step_from_dict(data) -> Step:
     names = [f.name for f in fields(Candidates)]
     if not isinstance(cand, dict) or set(cand) != set(names):
         raise ValueError(f"step field 'candidates' must have exactly {names}")
-    lengths = {len(cand[n]) if isinstance(cand[n], list) else -1 for n in names}
-    if len(lengths) != 1 or -1 in lengths:
-        raise ValueError("step field 'candidates' must hold lists of one length")
+    if not all(isinstance(cand[n], list) for n in names):
+        raise ValueError("step field 'candidates' must hold lists")
+    count = len(cand["token_ids"])
+    if any(len(cand[n]) not in ((count,) if n in ("tokens", "raw") else (count, 0)) for n in names):
+        raise ValueError("step field 'candidates' must hold lists as long as token_ids (stages may be empty)")
     values["candidates"] = Candidates(**{n: tuple(cand[n]) for n in names})
     options = values["options"]
     if options is not None:
@@ -136,6 +139,6 @@ def _step_from_dict(data) -> Step:
         ):
             raise ValueError("step field 'options' must be null or a list of [text, probability] pairs")
         values["options"] = tuple((o[0], float(o[1])) for o in options)
-    values["probability"] = float(values["probability"])
-    values["model_probability"] = float(values["model_probability"])
+    for name in ("probability", "model_probability"):
+        values[name] = None if values[name] is None else float(values[name])
     return Step(**{k: values[k] for k in expected})

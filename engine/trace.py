@@ -22,7 +22,7 @@ from .sampling import Settings
 from .steps import Step
 
 SCHEMA = "token-playground/trace/1"
-ACTION_KINDS = {"sample", "force", "insert", "choose", "rewind", "settings"}
+ACTION_KINDS = {"sample", "stream", "force", "insert", "choose", "rewind", "settings"}
 
 
 def session_trace(session) -> dict:
@@ -32,7 +32,7 @@ def session_trace(session) -> dict:
         "schema": SCHEMA,
         "engine_version": __version__,
         "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "model": {"name": session.model.name, "weights_sha256": session.model.weights_sha256},
+        "model": _model_description(session.model),
         "prompt": session.prompt,
         "prompt_token_ids": list(session.prompt_ids),
         "settings": session.settings.to_dict(),
@@ -43,6 +43,14 @@ def session_trace(session) -> dict:
         "stopped": session.stopped,
         "events": list(session.events),
     }
+
+
+def _model_description(model) -> dict:
+    described = {"name": model.name, "weights_sha256": model.weights_sha256}
+    if getattr(model, "remote", False):  # a server: where it was, which model, and how prompts were sent
+        described.update(url=model.root, server_model=model.model_id,
+                         prompt_format="token ids" if model.capabilities.get("token_id_prompts") else "text")  # fmt: skip
+    return described
 
 
 def save_trace(trace: dict, path) -> None:
@@ -125,6 +133,8 @@ def _check_action(index, action) -> None:
         raise ValueError(f"{where}: a choose needs 'options' (strings) and a source forced/rule")
     if kind == "rewind" and not (ints([action.get("n")]) and action["n"] > 0):
         raise ValueError(f"{where}: a rewind needs a positive int 'n'")
+    if kind == "stream" and not (ints([action.get("n")]) and action["n"] >= 0):
+        raise ValueError(f"{where}: a stream needs an int 'n' >= 0 (the tokens it gave)")
     if kind == "settings":
         try:
             Settings(**action.get("settings"))
@@ -159,7 +169,7 @@ def replay_session(trace: dict, model):
     validate_trace(trace)
     notes = []
     recorded_model = trace["model"]
-    if recorded_model["weights_sha256"] != model.weights_sha256:
+    if recorded_model["weights_sha256"] != model.weights_sha256 or recorded_model.get("url") != getattr(model, "root", None):
         notes.append(f"recorded with {recorded_model['name']} {recorded_model['weights_sha256'][:12]}, "
                      f"replayed with {model.name} {model.weights_sha256[:12]}")  # fmt: skip
     session = Session(model, trace["prompt"], **trace["settings"])
@@ -171,7 +181,12 @@ def replay_session(trace: dict, model):
             _perform(session, action)
     except ValueError as error:
         notes.append(f"replay stopped: {error}")
-    return session, _compare(trace["steps"], [step.to_dict() for step in session.steps], notes)
+    report = _compare(trace["steps"], [step.to_dict() for step in session.steps], notes)
+    if getattr(model, "remote", False) and not report.identical:
+        notes.append("the server sampled this replay; inference servers do not always promise the same "
+                     "tokens for the same seed (batching, prefix caches, threads)")  # fmt: skip
+        report = ReplayReport(report.identical, report.steps, report.first_difference, tuple(notes))
+    return session, report
 
 
 def _compare(recorded: list[dict], replayed: list[dict], notes) -> ReplayReport:
@@ -192,6 +207,12 @@ def _perform(session, action: dict) -> None:
     kind = action["kind"]
     if kind == "sample":
         session.step()
+    elif kind == "stream":  # one streaming request that gave n tokens before something intervened
+        session.stream_generation = True
+        for _ in range(action["n"]):
+            session.step()
+        session.interrupt()
+        session.stream_generation = False
     elif kind == "force":
         session.force_token(action["token_id"])
         session.step()

@@ -16,6 +16,7 @@ from .worker import STOPPED_BY_YOU, WorkerThread
 FLUSH_MS = 16  # new tokens reach the view in batches, at most ~60 times a second
 LIVE_FLUSH_MS = 33  # ~30 times a second while streaming: the GUI's Python work shares the GIL with the worker
 OPEN_GGUF = "open a gguf file"
+CONNECT = "connect to a server"
 STORY_EXAMPLE = "mia has a red ball."
 CHAT_EXAMPLE = "What is the capital of France?"
 TEXT_EXAMPLE = "The quick brown fox"
@@ -148,8 +149,12 @@ class Controller(QObject):
         self.window.continue_button.setEnabled(False)
         self._set_status("")
 
-    def bar_clicked(self, token_id: int) -> None:
+    def bar_clicked(self, token_id: int, text: str = "") -> None:
         selected = self.window.token_view.selected
+        if token_id < 0:  # a server named this candidate by its text only: write that text instead
+            if text and self.worker.session is not None and selected < 0:
+                self.insertText.emit(text)
+            return
         if self.running:
             self.forceToken.emit(token_id)  # taken at the next step
         elif selected >= 0 and self.worker.session is not None:
@@ -223,13 +228,16 @@ class Controller(QObject):
         if self.model.name not in ("story model",) and getattr(self.model, "source", "") not in ("", None):
             if engine.smollm2_path() is None or self.model.source != str(engine.smollm2_path()):
                 picker.addItem(self.model.name, self.model.source)
+        if getattr(self.model, "remote", False):
+            picker.addItem(self.model.name, self.model.url)
         picker.addItem("Open GGUF file...", OPEN_GGUF)
+        picker.addItem("Connect to server...", CONNECT)
         picker.setCurrentIndex(self._picker_index_of_current())
         self._apply_model_limits()
 
     def _picker_index_of_current(self) -> int:
         picker = self.window.controls.model_picker
-        source = getattr(self.model, "source", None)
+        source = getattr(self.model, "url", None) or getattr(self.model, "source", None)
         for index in range(picker.count()):
             data = picker.itemData(index)
             if (data is None and source is None) or data == source or (
@@ -244,7 +252,17 @@ class Controller(QObject):
         if index == self._picker_index_of_current() or self.running:
             picker.setCurrentIndex(self._picker_index_of_current())
             return
-        if source == OPEN_GGUF:
+        if source == CONNECT:
+            from PySide6.QtWidgets import QInputDialog
+
+            url, ok = QInputDialog.getText(self.window, "Connect to a server",
+                                           "OpenAI-compatible server (vLLM, llama-server, llama-cpp-python):",
+                                           text="http://127.0.0.1:8080/v1")  # fmt: skip
+            picker.setCurrentIndex(self._picker_index_of_current())
+            if not ok or not url.strip():
+                return
+            source = url.strip()
+        elif source == OPEN_GGUF:
             from PySide6.QtWidgets import QFileDialog
 
             path, _ = QFileDialog.getOpenFileName(self.window, "Open a GGUF model", "", "GGUF models (*.gguf)")
@@ -282,12 +300,15 @@ class Controller(QObject):
         self._fill_model_picker()
         self._checked_prompt = (None, None, None)
         self.check_prompt()
-        self._set_status(f"{model.name}: {model.vocab_size:,} tokens, {model.context_length:,} positions")
+        vocab = f"{model.vocab_size:,} tokens" if model.vocab_size else "the server's tokenizer"
+        self._set_status(f"{model.name}: {vocab}, {model.context_length:,} positions")
         self.modelChanged.emit(model)
 
     def _apply_model_limits(self) -> None:
-        self.window.controls.set_model_limits(self.model.vocab_size, self.model.context_length,
-                                              _has_chat_template(self.model))  # fmt: skip
+        vocab = self.model.vocab_size or 1_000_000  # a server's vocabulary size is not known
+        self.window.controls.set_model_limits(vocab, self.model.context_length, _has_chat_template(self.model))
+        remote = getattr(self.model, "remote", False)
+        self.window.chart.set_remote(remote)
 
     # --- checks ------------------------------------------------------------------------------------------
     def check_prompt(self) -> bool:
@@ -314,6 +335,8 @@ class Controller(QObject):
 
     def _prompt_problem(self, key: str) -> tuple[str | None, int | None]:
         """(the engine's message, the offending position) or (None, None) when the model can take it."""
+        if getattr(self.model.tokenizer, "remote", False):  # a server tokenizes: never from the GUI thread
+            return (None, None) if self.prompt_text() else ("empty prompt: type something for the model to continue", None)
         try:
             prompt = self.prompt_text()
             ids = self.model.tokenizer.encode(prompt)
@@ -329,6 +352,8 @@ class Controller(QObject):
 
     def _check_insert(self) -> bool:
         text = self.window.insert_edit.text()
+        if getattr(self.model.tokenizer, "remote", False):
+            return True
         try:
             self.model.tokenizer.encode(text)
         except ValueError as error:

@@ -77,6 +77,7 @@ class GenerationWorker(QObject):
             return
         self._stop.clear()
         self._generating = True
+        self.session.stream_generation = True  # a server may stream several tokens per request
         self._run_started, self._run_steps = time.perf_counter(), 0
         self.busyChanged.emit(True)
         self._tick()
@@ -97,6 +98,8 @@ class GenerationWorker(QObject):
                     step = self.session.step()
             except Exception as error:  # noqa: BLE001 - the message reaches the person; the app stays usable
                 self._generating = False
+                self.session.interrupt()
+                self.session.stream_generation = False
                 self.busyChanged.emit(False)
                 self.failed.emit(f"generation failed: {type(error).__name__}: {error}")
                 return
@@ -111,6 +114,9 @@ class GenerationWorker(QObject):
 
     def _finish(self, reason: str) -> None:
         self._generating = False
+        with self.lock:
+            self.session.interrupt()  # a server's stream closes at once
+            self.session.stream_generation = False
         seconds = time.perf_counter() - self._run_started
         rate = self._run_steps / seconds if seconds > 0 else 0.0
         self.busyChanged.emit(False)

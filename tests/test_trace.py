@@ -110,7 +110,7 @@ def test_replay_says_where_it_differs(story_model):
 @pytest.mark.parametrize("change, message", [
     (lambda t: t.update(schema="other"), "trace field 'schema' must be 'token-playground/trace/1'"),
     (lambda t: t.pop("prompt"), "trace field 'prompt' must be a str"),
-    (lambda t: t["steps"][2].update(token_id="x"), r"trace field 'steps\[2\]': step field 'token_id' must be a non-negative int"),
+    (lambda t: t["steps"][2].update(token_id="x"), r"trace field 'steps\[2\]': step field 'token_id' must be an int >= -1"),
     (lambda t: t["steps"][1].pop("source"), r"trace field 'steps\[1\]': step field 'source' is missing"),
     (lambda t: t["steps"][0].update(source="magic"), r"steps\[0\]': step field 'source' must be one of"),
     (lambda t: t["settings"].update(top_p=3), "trace field 'settings': top_p must be"),

@@ -381,3 +381,21 @@ def test_smollm2_from_the_model_picker(qtbot, window):
     assert window.token_view.step_count() >= 1
     window.chart.flush()
     assert len(window.chart.shown()) == 20
+
+
+def test_a_server_model_in_the_window(qtbot, window, llama_server):
+    with qtbot.waitSignal(window.controller.modelChanged, timeout=60000):
+        window.controller.open_model(llama_server)
+    assert "@ http://127.0.0.1:" in window.windowTitle()
+    assert not window.controls.chat_format.isEnabled()
+    type_prompt(qtbot, window, "The capital of France is")
+    window.controls.max_tokens.setValue(6)
+    assert generate(qtbot, window) in ("max_new_tokens", "end of text")
+    steps = window.token_view.steps()
+    assert 1 <= len(steps) <= 6 and window.token_view.text().startswith("The capital of France is Paris")
+    window.chart.flush()
+    assert window.chart.stage() == "raw" and not window.chart.stage_buttons.button(3).isEnabled()
+    assert "top 20" in window.chart.source_note.text() and window.chart.source_note.isVisible()
+    assert window.session().actions[0]["kind"] == "stream"  # Generate streamed from the server
+    step(qtbot, window)  # Step asks for one token
+    assert window.session().actions[-1] == {"kind": "sample"} or window.session().stopped

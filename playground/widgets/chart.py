@@ -28,7 +28,7 @@ def bar_label(token: str) -> str:
 
 
 class DistributionChart(QWidget):
-    barClicked = Signal(int)  # the token id of the clicked bar
+    barClicked = Signal(int, str)  # the clicked bar's token id (-1 if a server gave only its text) and text
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -118,7 +118,12 @@ class DistributionChart(QWidget):
         """(token, probability) per bar as drawn now, for tests and screenshots."""
         if self._candidates is None:
             return []
-        return list(zip(self._candidates.tokens, getattr(self._candidates, self.stage())))
+        return list(zip(self._candidates.tokens, self._stage_values(self._candidates)))
+
+    def _stage_values(self, candidates):
+        """The chosen stage's probabilities; a server reports only raw ones (the other stages are empty)."""
+        values = getattr(candidates, self.stage())
+        return values if len(values) == len(candidates.tokens) else candidates.raw
 
     def flush(self) -> None:
         """Repaint now if anything changed (tests call this instead of waiting a frame)."""
@@ -162,7 +167,7 @@ class DistributionChart(QWidget):
             self.title.setText(self._title)
         candidates = self._candidates
         tokens = candidates.tokens if candidates is not None else ()
-        probabilities = list(getattr(candidates, self.stage())) if candidates is not None else []
+        probabilities = list(self._stage_values(candidates)) if candidates is not None else []
         rows = len(probabilities)
         chosen = [token_id == self._chosen for token_id in candidates.token_ids] if candidates is not None else []
         chosen += [False] * (TOP_CANDIDATES - rows)
@@ -191,11 +196,20 @@ class DistributionChart(QWidget):
         point = self.plot.getPlotItem().vb.mapSceneToView(QPointF(event.scenePos()))
         row = round(point.y())
         if 0 <= row < len(self._candidates.token_ids) and point.x() >= LABEL_SPACE:  # a bar or its label
-            self.barClicked.emit(self._candidates.token_ids[row])
+            self.barClicked.emit(self._candidates.token_ids[row], self._candidates.tokens[row])
 
     def bar_scene_position(self, row: int) -> QPointF:
         """Where bar `row` (or its label) is drawn, in scene coordinates (tests click it there)."""
         return self.plot.getPlotItem().vb.mapViewToScene(QPointF(0.02, row))
+
+    def set_remote(self, remote: bool) -> None:
+        """A server reports its top 20 raw log-probabilities only: say so, and offer only that stage."""
+        for index, (key, _text) in enumerate(STAGES):
+            self.stage_buttons.button(index).setEnabled(not remote or key == "raw")
+        if remote:
+            self.set_stage("raw")
+        self.set_source_note("The server's top 20 (raw log-probabilities, before its sampler); tokens outside "
+                             "them are unknown, not zero. The server samples." if remote else "")  # fmt: skip
 
     def set_source_note(self, text: str) -> None:
         """A line under the chart saying where the numbers come from (e.g. a server's top-N)."""

@@ -146,10 +146,14 @@ class TokenView(QPlainTextEdit):
             f"<tr><td><code>{html.escape(repr(token))}</code></td><td align=right>{p:.3f}</td></tr>"
             for token, p in list(zip(step.candidates.tokens, step.candidates.raw))[:5]
         )
+        if step.probability is None:
+            numbers = "probability unknown: outside the server's top 20"
+        else:
+            rank = f"rank {step.model_rank}" if step.model_rank else "rank unknown"
+            numbers = f"probability {step.probability:.4f} &nbsp; model {step.model_probability:.4f}, {rank}"
         return (
             f"<b>step {index + 1}: <code>{html.escape(repr(step.token))}</code></b> ({SOURCE_LABELS[step.source]})<br>"
-            f"probability {step.probability:.4f} &nbsp; model {step.model_probability:.4f}, rank {step.model_rank}<br>"
-            f"top 5 of the model:<table>{alternatives}</table>"
+            f"{numbers}<br>top 5 of the model:<table>{alternatives}</table>"
         )
 
     # --- helpers -------------------------------------------------------------------------------------
@@ -166,11 +170,12 @@ class TokenView(QPlainTextEdit):
     def _format(self, step) -> QTextCharFormat:
         """The token's character format; probabilities are bucketed in 20ths, so the document holds a few
         dozen distinct formats however long it grows."""
-        key = (round(step.probability * COLOR_LEVELS), step.source)
+        known = step.probability is not None  # a server's token outside its top N: no color to give
+        key = (round(step.probability * COLOR_LEVELS) if known else -1, step.source)
         fmt = self._formats.get(key)
         if fmt is None:
             fmt = self._formats[key] = QTextCharFormat()
-            fmt.setBackground(probability_color(key[0] / COLOR_LEVELS))
+            fmt.setBackground(probability_color(key[0] / COLOR_LEVELS) if known else QColor(128, 128, 128, 60))
             if step.source != "model":
                 fmt.setUnderlineStyle(QTextCharFormat.UnderlineStyle.SingleUnderline)
                 fmt.setUnderlineColor(QColor(SOURCE_COLORS[step.source]))

@@ -1,0 +1,118 @@
+"""A model behind an inference server: what one step costs, and streaming, against the server on its own.
+
+    python bench/remote_speed.py [--url http://127.0.0.1:8080/v1] [--tokens 48]
+
+Without --url it starts llama-cpp-python's server on loopback with SmolLM2 (the same GGUF file as
+bench/gguf_speed.py). Prints the median step latency through the server (one token per request, with the
+top-20 log-probabilities), a step right after a rewind (the server's prefix cache makes it cheap),
+streaming tokens per second with log-probabilities through engine.Session, and the server's own streaming
+rate with and without log-probabilities, all in one run. (llama-cpp-python's server spends most of a token
+on log-probabilities: it sorts the whole vocabulary in Python for each one.)
+"""
+
+import argparse
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import httpx
+
+import engine
+
+PROMPT = "Once upon a time, in a small village by the sea, there lived"
+
+
+def start_server():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = tempfile.TemporaryFile()
+    server = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(engine.smollm2_path()),
+                               "--host", "127.0.0.1", "--port", str(port), "--n_threads", "2"],
+                              stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    url = f"http://127.0.0.1:{port}/v1"
+    for _ in range(240):
+        try:
+            if httpx.get(url + "/models", timeout=2).status_code == 200:
+                return server, url
+        except httpx.HTTPError:
+            time.sleep(0.5)
+    server.kill()
+    raise RuntimeError("the server did not start")
+
+
+def step_latency(model, tokens):
+    session = engine.Session(model, PROMPT, max_new_tokens=tokens + 1, temperature=0.8, seed=1)
+    session.step()  # the prompt's first evaluation is not a step's cost
+    times = []
+    for _ in range(tokens):
+        started = time.perf_counter()
+        if session.step() is None:
+            break
+        times.append(time.perf_counter() - started)
+    rewinds = []
+    for _ in range(8):
+        session.rewind(5)
+        started = time.perf_counter()
+        session.step()
+        rewinds.append(time.perf_counter() - started)
+    return statistics.median(times), statistics.median(rewinds)
+
+
+def streaming_rate(model, tokens):
+    session = engine.Session(model, PROMPT, max_new_tokens=tokens, temperature=0.8, seed=2)
+    session.stream_generation = True
+    started = time.perf_counter()
+    taken = session.run()
+    return len(taken) / (time.perf_counter() - started)
+
+
+def raw_server_rate(model, tokens, logprobs=None):
+    payload = {"model": model.model_id, "prompt": PROMPT, "max_tokens": tokens, "temperature": 0.8, "seed": 2,
+               "stream": True}  # fmt: skip
+    if logprobs:
+        payload["logprobs"] = logprobs
+    count = 0
+    started = time.perf_counter()
+    with httpx.stream("POST", model.url + "/completions", json=payload, timeout=60) as response:
+        for line in response.iter_lines():
+            if line.startswith("data:") and "[DONE]" not in line and '"text": ""' not in line:
+                count += 1
+    return count / (time.perf_counter() - started)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--url")
+    parser.add_argument("--tokens", type=int, default=48)
+    args = parser.parse_args()
+    server = None
+    url = args.url
+    if url is None:
+        server, url = start_server()
+    try:
+        model = engine.load_model(url)
+        step, after_rewind = step_latency(model, args.tokens)
+        streamed = streaming_rate(model, args.tokens)
+        raw = raw_server_rate(model, args.tokens)
+        raw_logprobs = raw_server_rate(model, args.tokens, logprobs=20)
+        print(f"{model.name} (prompts sent as {'token ids' if model.capabilities['token_id_prompts'] else 'text'})")
+        print(f"  step through the server (1 token per request, top 20) median {step * 1000:6.1f} ms")
+        print(f"  step right after rewinding 5 tokens (prefix cache)         median {after_rewind * 1000:6.1f} ms")
+        print(f"  streaming through engine.Session, with top-20 logprobs     {streamed:6.1f} tokens/s")
+        print(f"  the server streaming on its own, with top-20 logprobs      {raw_logprobs:6.1f} tokens/s"
+              f"  (Session: {streamed / raw_logprobs:.2f}x)")
+        print(f"  the server streaming on its own, no logprobs               {raw:6.1f} tokens/s"
+              f"  (Session: {streamed / raw:.2f}x)")
+        print("command: python bench/remote_speed.py")
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait()
+
+
+if __name__ == "__main__":
+    main()
