@@ -1,6 +1,6 @@
 """Render the window offscreen after a real generation and save a PNG:
 
-    python -m playground.screenshot docs/screenshot.png
+    python -m playground.screenshot docs/screenshot.png [smollm2]
 
 The window generates a story at temperature 1 with a forced word and a rule in place, then selects the
 step where the model chose among several places, so the chart shows a real spread of candidates."""
@@ -16,17 +16,24 @@ from PySide6.QtCore import QSettings, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
 
-def render(path: Path, timeout_ms: int = 30000) -> Path:
+def render(path: Path, model_name: str | None = None, timeout_ms: int = 120000) -> Path:
     app = QApplication.instance() or QApplication([])
+    import engine
+
     from .main_window import MainWindow
 
     prefs = QSettings(str(Path(tempfile.mkdtemp()) / "screenshot.ini"), QSettings.Format.IniFormat)
-    window = MainWindow(settings=prefs)
+    window = MainWindow(model=engine.load_model(model_name) if model_name else None, settings=prefs)
     window.resize(1360, 820)
-    window.controls.prompt.setPlainText("ben has a blue kite.".replace("kite", "fan"))
-    window.controls.set_settings({"temperature": 1.0, "top_k": 8, "top_p": 0.95, "seed": 5, "max_new_tokens": 60})
-    window.rules_panel.add_rule(r"now \w+ has the", "choose", " blue| gold", regex=True)
-    window.rules_panel.add_rule("Result:", "command", "python -m pytest -q tests/test_sum.py")
+    if model_name is None:
+        window.controls.prompt.setPlainText("ben has a blue fan.")
+        window.controls.set_settings({"temperature": 1.0, "top_k": 8, "top_p": 0.95, "seed": 5, "max_new_tokens": 60})
+        window.rules_panel.add_rule(r"now \w+ has the", "choose", " blue| gold", regex=True)
+        window.rules_panel.add_rule("Result:", "command", "python -m pytest -q tests/test_sum.py")
+    else:
+        window.controls.prompt.setPlainText("Write one sentence about the sea.")
+        window.controls.set_settings({"temperature": 0.8, "top_k": 40, "top_p": 0.95, "seed": 3, "max_new_tokens": 40})
+        window.rules_panel.add_rule(" sea", "insert", " (the Baltic)")
     window.show()
     done = {}
 
@@ -58,4 +65,4 @@ def render(path: Path, timeout_ms: int = 30000) -> Path:
 
 if __name__ == "__main__":
     target = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/screenshot.png")
-    print(render(target))
+    print(render(target, sys.argv[2] if len(sys.argv) > 2 else None))
