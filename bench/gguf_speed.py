@@ -15,6 +15,7 @@ import time
 import numpy as np
 
 import engine
+from timing import timed_steps
 
 PARAGRAPH = (
     "The history of computing is a story of people finding ways to make machines do arithmetic faster, "
@@ -50,13 +51,7 @@ def numpy_session(model, ids, tokens):
     started = time.perf_counter()
     session.step()
     first = time.perf_counter() - started
-    times = []
-    for _ in range(tokens):
-        started = time.perf_counter()
-        if session.step() is None:
-            break
-        times.append(time.perf_counter() - started)
-    return first, 1 / statistics.median(times)
+    return first, 1 / statistics.median(timed_steps(session, tokens))
 
 
 def llama_cpp(path, ids, tokens):

@@ -21,6 +21,7 @@ import time
 import httpx
 
 import engine
+from timing import timed_steps
 
 PROMPT = "Once upon a time, in a small village by the sea, there lived"
 
@@ -47,12 +48,7 @@ def start_server():
 def step_latency(model, tokens):
     session = engine.Session(model, PROMPT, max_new_tokens=tokens + 1, temperature=0.8, seed=1)
     session.step()  # the prompt's first evaluation is not a step's cost
-    times = []
-    for _ in range(tokens):
-        started = time.perf_counter()
-        if session.step() is None:
-            break
-        times.append(time.perf_counter() - started)
+    times = timed_steps(session, tokens)
     rewinds = []
     for _ in range(8):
         session.rewind(5)

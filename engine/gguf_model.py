@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from .gguf_tokenizer import GGUFTokenizer, build_tokenizer
+from .model import checked_ids
 
 CACHE_SCHEMA = "token-playground/gguf-cache/2"
 HEADER_BYTES = 4 << 20  # the metadata (tokenizer included) sits in the first few MB
@@ -181,17 +182,7 @@ class LlamaModel:
         return self.tokenizer.chat_prompt(user_text)
 
     def _checked_ids(self, ids, already: int) -> np.ndarray:
-        array = np.asarray(ids)
-        if array.ndim != 1 or array.size == 0 or array.dtype.kind not in "iu":
-            raise ValueError(f"ids must be a non-empty 1-D sequence of ints, got {ids!r:.80}")
-        if array.min() < 0 or array.max() >= self.vocab_size:
-            raise ValueError(f"token ids must be from 0 to {self.vocab_size - 1}")
-        if already + array.size > self._context_length:
-            raise ValueError(
-                f"cannot forward {array.size} tokens after {already}: the model has only "
-                f"{self._context_length} positions"
-            )
-        return array
+        return checked_ids(ids, already, self.vocab_size, self._context_length)
 
 
 # --- reading a GGUF file -----------------------------------------------------------------------------
