@@ -34,7 +34,7 @@ def main():
     print(f"settings trace: {len(trace['settings'])} settings x 60 dev stories = {stories} generations + examples")
     print(f"  2 worker processes  best {min(two):.2f} s  median {statistics.median(two):.2f} s")
     print(f"  1 process           best {min(one):.2f} s  median {statistics.median(one):.2f} s")
-    print(f"  goal                <= 3 s (reference lab, pure Python without a cache: 32.7 s for 5 settings)")
+    print("  goal                <= 3 s (reference lab, pure Python without a cache: 32.7 s for 5 settings)")
     print("command: python bench/settings_trace_speed.py")
 
 

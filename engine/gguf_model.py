@@ -270,18 +270,19 @@ def _our_layout(raw: dict, config: LlamaConfig) -> dict:
     for layer in range(config.n_layers):
         p = f"blk.{layer}."
 
-        def stacked(*parts):  # GGUF [out, in] matrices side by side as one [in, sum of outs]
-            return np.ascontiguousarray(np.concatenate([raw[p + part + ".weight"] for part in parts]).T)
-
         w = {part: raw[p + part + ".weight"] for part in ("attn_norm", "ffn_norm")}
-        w["attn_qkv"] = stacked("attn_q", "attn_k", "attn_v")
-        w["attn_output"] = stacked("attn_output")
-        w["ffn_gate_up"] = stacked("ffn_gate", "ffn_up")
-        w["ffn_down"] = stacked("ffn_down")
+        w["attn_qkv"] = _stacked(raw, p, "attn_q", "attn_k", "attn_v")
+        w["attn_output"] = _stacked(raw, p, "attn_output")
+        w["ffn_gate_up"] = _stacked(raw, p, "ffn_gate", "ffn_up")
+        w["ffn_down"] = _stacked(raw, p, "ffn_down")
         if config.qkv_bias:
             w["attn_qkv.bias"] = np.concatenate([raw[p + part + ".bias"] for part in ("attn_q", "attn_k", "attn_v")])
         weights[f"blk.{layer}"] = w
     return weights
+
+
+def _stacked(raw: dict, prefix: str, *parts):  # GGUF [out, in] matrices side by side as one [in, sum of outs]
+    return np.ascontiguousarray(np.concatenate([raw[prefix + part + ".weight"] for part in parts]).T)
 
 
 # --- the float32 cache -------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 import engine
 from engine.tokenizer import UnknownCharacterError
 
-from .worker import STOPPED_BY_YOU, WorkerThread
+from .worker import WorkerThread
 
 FLUSH_MS = 16  # new tokens reach the view in batches, at most ~60 times a second
 LIVE_FLUSH_MS = 33  # ~30 times a second while streaming: the GUI's Python work shares the GIL with the worker

@@ -1,3 +1,5 @@
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -66,7 +68,7 @@ def test_bad_ids_are_refused(story_model, bad):
 
 def test_config_is_frozen_and_validated():
     config = Config()
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         config.d_model = 3
     with pytest.raises(ValueError, match="not divisible"):
         Config(d_model=10, n_heads=3)
