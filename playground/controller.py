@@ -107,31 +107,35 @@ class Controller(QObject):
 
     # --- commands from the person ----------------------------------------------------------------------
     def generate(self) -> None:
-        if self.running or not self.check_prompt():
-            return
-        request = self._request("generate")
+        request = self._ready_request("generate")
         if request is None:
             return
-        session = self.worker.session
-        if session is not None and session.prompt == request["prompt"] and not session.stopped and not self.trace_viewed:
-            self._begin_run()
+        self._begin_run()
+        if self._continues(request, need_unstopped=True):
             self.continueWith.emit(request["settings"])  # carry on from where stepping paused
         else:
-            self._begin_run()
             self.startSession.emit(request)
 
     def step(self) -> None:
-        if self.running or not self.check_prompt():
-            return
-        request = self._request("step")
+        request = self._ready_request("step")
         if request is None:
             return
-        session = self.worker.session
-        if session is not None and session.prompt == request["prompt"] and not self.trace_viewed:
+        if self._continues(request, need_unstopped=False):
             self.stepOnce.emit(request["settings"])
         else:
             self.startSession.emit(request)
         self._set_status("")
+
+    def _ready_request(self, then: str) -> dict | None:
+        if self.running or not self.check_prompt():
+            return None
+        return self._request(then)
+
+    def _continues(self, request: dict, need_unstopped: bool) -> bool:
+        """Whether the command carries on the current session (same prompt, not a trace being viewed)."""
+        session = self.worker.session
+        return (session is not None and session.prompt == request["prompt"] and not self.trace_viewed
+                and not (need_unstopped and session.stopped))  # fmt: skip
 
     def stop(self) -> None:
         if self.running:
