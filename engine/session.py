@@ -21,6 +21,7 @@ class Session:
     def __init__(self, model, prompt, max_new_tokens=60, temperature=0.0, top_k=None, top_p=None, min_p=None,
                  seed=0, rules=()):  # fmt: skip
         self.settings = Settings(max_new_tokens, temperature, top_k, top_p, min_p, seed).check_vocab(model.vocab_size)
+        self.initial_settings = self.settings  # a trace starts from these; "settings" actions change them
         if not isinstance(prompt, str):
             raise ValueError(f"prompt must be a string, got {type(prompt).__name__}")
         if not prompt:
@@ -30,9 +31,8 @@ class Session:
             raise ValueError(
                 f"prompt of {len(prompt_ids)} tokens is longer than the {model.context_length} positions the model has"
             )
-        self.rules = tuple(rules)
-        for rule in self.rules:
-            self._check_rule(model, rule)
+        self.rules = self._checked_rules(model, rules)
+        self.initial_rules = self.rules  # a trace's "rules"; "rules" actions record later changes
         self.model = model
         self.prompt = prompt
         self.prompt_ids = list(prompt_ids)
@@ -220,7 +220,8 @@ class Session:
     def update_settings(self, **changes) -> Settings:
         """Change settings from the next step on (a branch with another temperature or seed, say). The
         change is logged, a fresh random stream starts from the (new) seed, and rewinding to before the
-        change brings the earlier settings back."""
+        change brings the earlier settings back. A change of max_new_tokens alone keeps the random stream:
+        it decides when to stop, not what is drawn (the window raises it to generate on after a stop)."""
         unknown = set(changes) - set(self.settings.to_dict())
         if unknown:
             raise ValueError(f"unknown setting {sorted(unknown)[0]!r}; settings are {sorted(self.settings.to_dict())}")
@@ -229,11 +230,27 @@ class Session:
             return new
         self.interrupt()
         self._log({"kind": "settings", "settings": new.to_dict()})
+        same_stream = replace(new, max_new_tokens=self.settings.max_new_tokens) == self.settings
+        draws_before = self._epochs[-1].draws_before if same_stream else self._draws
         if self._epochs[-1].start == len(self.steps):  # no step since the last change: replace it
             self._epochs.pop()
-        self._epochs.append(Epoch(len(self.steps), new, self._draws))
+        self._epochs.append(Epoch(len(self.steps), new, draws_before))
         self._enter_epoch(self._epochs[-1], self._draws)
         return new
+
+    def set_rules(self, rules) -> tuple[Rule, ...]:
+        """Replace the rules from the next step on (the rules panel calls this when a person edits it). All
+        are checked first: a bad rule raises ValueError and changes nothing. The change is logged; rules
+        may fire at once where a new trigger already ends the text."""
+        checked = self._checked_rules(self.model, rules)
+        if checked == self.rules:
+            return self.rules
+        self.interrupt()
+        self._log({"kind": "rules", "rules": [rule.describe() for rule in checked]})
+        # where a rule already fired is kept by its index: carry that over for the rules that stay
+        self._fired = {(checked.index(self.rules[i]), at) for i, at in self._fired if self.rules[i] in checked}
+        self.rules = checked
+        return checked
 
     def rewind(self, n) -> None:
         """Drop the last n steps and their cache rows (O(1)); stepping again continues from there. The
@@ -444,13 +461,18 @@ class Session:
         return encoded
 
     @staticmethod
-    def _check_rule(model, rule) -> None:
-        if not isinstance(rule, Rule):
-            raise ValueError(f"rules must be engine.Rule objects, got {type(rule).__name__}")
-        for text in ([rule.insert] if rule.insert is not None else []) + list(rule.choose or ()):
-            if not text:
-                raise ValueError(f"rule {rule.when!r}: empty option")
-            model.tokenizer.encode(text)  # ValueError names an unknown character
+    def _checked_rules(model, rules) -> tuple[Rule, ...]:
+        if isinstance(rules, (str, bytes, Rule)) or not hasattr(rules, "__iter__"):
+            raise ValueError(f"rules must be a list of engine.Rule objects, got {type(rules).__name__}")
+        rules = tuple(rules)
+        for rule in rules:
+            if not isinstance(rule, Rule):
+                raise ValueError(f"rules must be engine.Rule objects, got {type(rule).__name__}")
+            for text in ([rule.insert] if rule.insert is not None else []) + list(rule.choose or ()):
+                if not text:
+                    raise ValueError(f"rule {rule.when!r}: empty option")
+                model.tokenizer.encode(text)  # ValueError names an unknown character
+        return rules
 
 
 @dataclass(frozen=True)

@@ -2,14 +2,16 @@
 
 A trace is data. Loading or replaying one never runs a tool or a command: the text a tool produced is in
 the trace as inserted token ids, and replay forces it like any other inserted text. Replay repeats the
-session's action log (sample, force, insert, choose, rewind) on a fresh session of the same settings, so
-the forward passes run in the same chunks and the steps come out bit for bit the same.
+session's action log (sample, force, insert, choose, rewind, settings) on a fresh session of the same
+starting settings, so the forward passes run in the same chunks and the steps come out bit for bit the
+same.
 
     {"schema": "token-playground/trace/1", "engine_version", "created_utc",
      "model": {"name", "weights_sha256"}, "prompt", "prompt_token_ids", "settings": {... "seed"},
      "rules": [described], "actions": [...], "steps": [Step.to_dict()...], "text", "stopped", "events"}
 
-"settings" are the ones the session started with; a "settings" action records each later change.
+"settings" and "rules" are the ones the session started with; a "settings" or "rules" action records each
+later change. Replay runs no rule: what a rule inserted is in the log as an insert or choose action.
 """
 
 import json
@@ -22,7 +24,7 @@ from .sampling import Settings
 from .steps import Step
 
 SCHEMA = "token-playground/trace/1"
-ACTION_KINDS = {"sample", "stream", "force", "insert", "choose", "rewind", "settings"}
+ACTION_KINDS = {"sample", "stream", "force", "insert", "choose", "rewind", "settings", "rules"}
 
 
 def session_trace(session) -> dict:
@@ -35,8 +37,8 @@ def session_trace(session) -> dict:
         "model": _model_description(session.model),
         "prompt": session.prompt,
         "prompt_token_ids": list(session.prompt_ids),
-        "settings": session.settings.to_dict(),
-        "rules": [rule.describe() for rule in session.rules],
+        "settings": session.initial_settings.to_dict(),
+        "rules": [rule.describe() for rule in session.initial_rules],
         "actions": json.loads(json.dumps(session.actions)),  # a deep copy of plain data
         "steps": [step.to_dict() for step in session.steps],
         "text": session.text,
@@ -99,9 +101,7 @@ def validate_trace(trace) -> None:
         Settings(**trace["settings"])
     except (TypeError, ValueError) as error:
         raise ValueError(f"trace field 'settings': {error}") from None
-    for index, rule in enumerate(trace["rules"]):
-        if not isinstance(rule, dict) or not isinstance(rule.get("when"), str) or "action" not in rule:
-            raise ValueError(f"trace field 'rules[{index}]' must describe a rule (when, action)")
+    _check_rules("trace field 'rules'", trace["rules"])
     for index, action in enumerate(trace["actions"]):
         _check_action(index, action)
     for index, step in enumerate(trace["steps"]):
@@ -135,6 +135,8 @@ def _check_action(index, action) -> None:
         raise ValueError(f"{where}: a rewind needs a positive int 'n'")
     if kind == "stream" and not (ints([action.get("n")]) and action["n"] >= 0):
         raise ValueError(f"{where}: a stream needs an int 'n' >= 0 (the tokens it gave)")
+    if kind == "rules":
+        _check_rules(f"{where}: rules", action.get("rules"))
     if kind == "settings":
         try:
             Settings(**action.get("settings"))
@@ -142,18 +144,34 @@ def _check_action(index, action) -> None:
             raise ValueError(f"{where}: settings: {error}") from None
 
 
+def _check_rules(where: str, rules) -> None:
+    if not isinstance(rules, list):
+        raise ValueError(f"{where} must be a list of rule descriptions")
+    for index, rule in enumerate(rules):
+        if not isinstance(rule, dict) or not isinstance(rule.get("when"), str) or "action" not in rule:
+            raise ValueError(f"{where}[{index}] must describe a rule (when, action)")
+
+
 @dataclass(frozen=True)
 class ReplayReport:
     identical: bool
     steps: int  # steps compared
-    first_difference: dict | None  # {"step", "field", "recorded", "replayed"} or None
+    first_difference: dict | None  # {"step", "field", "token", "recorded", "replayed"} or None
     notes: tuple[str, ...] = ()
 
     def summary(self) -> str:
         if self.identical:
             return f"identical: all {self.steps} steps replayed bit for bit"
         d = self.first_difference
-        return f"differs at step {d['step']} ({d['field']}): recorded {d['recorded']!r}, replayed {d['replayed']!r}"
+        token = d["token"]
+        tokens = f"{token[0]!r}" if token[0] == token[1] else f"recorded {token[0]!r}, replayed {token[1]!r}"
+        return (f"differs at step {d['step']} ({tokens}), {d['field']}: "
+                f"recorded {_shown(d['recorded'])}, replayed {_shown(d['replayed'])}")  # fmt: skip
+
+
+def _shown(value) -> str:
+    """A differing value as a person compares it: floats with every digit that differs."""
+    return repr(value) if not isinstance(value, float) else f"{value:.17g}"
 
 
 def replay(trace: dict, model) -> ReplayReport:
@@ -192,15 +210,30 @@ def replay_session(trace: dict, model):
 def _compare(recorded: list[dict], replayed: list[dict], notes) -> ReplayReport:
     for index, (old, new) in enumerate(zip(recorded, replayed)):
         if old != new:
-            field = next(k for k in old if old[k] != new.get(k))
-            difference = {"step": index, "field": field, "recorded": old["token"], "replayed": new["token"]}
+            field, was, now = _first_different(old, new)
+            difference = {"step": index, "field": field, "token": (old["token"], new["token"]),
+                          "recorded": was, "replayed": now}  # fmt: skip
             return ReplayReport(False, index, difference, tuple(notes))
     if len(recorded) != len(replayed):
         index = min(len(recorded), len(replayed))
         token = lambda steps: steps[index]["token"] if index < len(steps) else None  # noqa: E731
-        difference = {"step": index, "field": "count", "recorded": token(recorded), "replayed": token(replayed)}
+        difference = {"step": index, "field": "step count", "token": (token(recorded), token(replayed)),
+                      "recorded": len(recorded), "replayed": len(replayed)}  # fmt: skip
         return ReplayReport(False, index, difference, tuple(notes))
     return ReplayReport(True, len(recorded), None, tuple(notes))
+
+
+def _first_different(old, new, path: str = "") -> tuple[str, object, object]:
+    """(where, recorded value, replayed value) of the first leaf that differs, e.g. 'candidates.raw[3]'."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in old:
+            if old[key] != new.get(key):
+                return _first_different(old[key], new.get(key), f"{path}.{key}" if path else key)
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        for position, (a, b) in enumerate(zip(old, new)):
+            if a != b:
+                return _first_different(a, b, f"{path}[{position}]")
+    return path, old, new
 
 
 def _perform(session, action: dict) -> None:
@@ -222,5 +255,7 @@ def _perform(session, action: dict) -> None:
         session.choose(action["options"], action["source"])
     elif kind == "settings":
         session.update_settings(**action["settings"])
+    elif kind == "rules":
+        pass  # replay runs no rule: what the rules inserted follows in the log as insert / choose actions
     else:
         session.rewind(action["n"])

@@ -94,7 +94,15 @@ BAD_SETTINGS = [
     ({"seed": 1.5}, "seed must be an int"),
     ({"seed": "7"}, "seed must be an int"),
     ({"seed": False}, "seed must be an int"),
+    ({"seed": -3}, "seed must be an int from 0 to 2147483647, got -3"),  # one rule: CLI, window and engine
+    ({"seed": 2**31}, "seed must be an int from 0 to 2147483647"),
 ]
+
+
+def test_numpy_ints_are_taken_as_ints():
+    settings = Settings(max_new_tokens=np.int64(9), top_k=np.int32(4), seed=np.int64(5))
+    assert settings == Settings(max_new_tokens=9, top_k=4, seed=5)
+    assert all(type(v) is int for v in (settings.max_new_tokens, settings.top_k, settings.seed))
 
 
 @pytest.mark.parametrize("kwargs, message", BAD_SETTINGS)

@@ -102,9 +102,74 @@ def test_replay_says_where_it_differs(story_model):
     tampered = json.loads(json.dumps(trace))
     tampered["steps"][3]["probability"] = 0.123
     report = engine.replay(tampered, story_model)
-    assert report.first_difference == {"step": 3, "field": "probability", "recorded": trace["steps"][3]["token"],
-                                       "replayed": trace["steps"][3]["token"]}  # fmt: skip
-    assert "differs at step 3" in report.summary()
+    token, replayed_p = trace["steps"][3]["token"], trace["steps"][3]["probability"]
+    assert report.first_difference == {"step": 3, "field": "probability", "token": (token, token),
+                                       "recorded": 0.123, "replayed": replayed_p}  # fmt: skip
+    assert report.summary() == (f"differs at step 3 ({token!r}), probability: recorded 0.123, "
+                                f"replayed {replayed_p:.17g}")  # fmt: skip
+    tampered = json.loads(json.dumps(trace))
+    tampered["steps"][2]["candidates"]["raw"][4] = 0.5
+    report = engine.replay(tampered, story_model)
+    assert report.first_difference["field"] == "candidates.raw[4]"
+    assert report.first_difference["recorded"] == 0.5
+    assert report.first_difference["replayed"] == trace["steps"][2]["candidates"]["raw"][4]
+
+
+def test_a_trace_with_settings_changes_replays_bit_for_bit(story_model):
+    """The trace starts from the settings the session started with (it stored the current ones)."""
+    session = Session(story_model, "ben has a blue fan.", temperature=1.0, seed=5)
+    for _ in range(3):
+        session.step()
+    session.update_settings(temperature=1.5, seed=3)
+    session.run()
+    trace = session.trace()
+    assert trace["settings"]["temperature"] == 1.0 and trace["settings"]["seed"] == 5
+    report = engine.replay(trace, story_model)
+    assert report.identical, report.summary()
+    assert report.steps == len(session.steps)
+
+
+def test_changing_only_max_new_tokens_keeps_the_random_stream(story_model):
+    """Raising max_new_tokens after a stop generates on exactly as if it had been higher from the start."""
+    whole = Session(story_model, FIRST, temperature=1.5, seed=8, max_new_tokens=30)
+    whole.run()
+    stopped = Session(story_model, FIRST, temperature=1.5, seed=8, max_new_tokens=6)
+    stopped.run()
+    assert stopped.stopped == "max_new_tokens"
+    stopped.update_settings(max_new_tokens=30)
+    stopped.run()
+    assert [s.to_dict() for s in stopped.steps] == [s.to_dict() for s in whole.steps]
+    assert engine.replay(stopped.trace(), story_model).identical
+
+
+def test_rules_changed_mid_session_take_effect_and_replay(story_model):
+    session = Session(story_model, FIRST)  # greedy: "... mia goes to the park." without a rule
+    session.step()
+    barn = Rule(" goes to the", insert=" barn")
+    session.set_rules([barn])
+    session.run()
+    assert " goes to the barn" in session.text
+    assert session.trace()["rules"] == []  # the starting rules; the change is an action
+    assert {"kind": "rules", "rules": [barn.describe()]} in session.trace()["actions"]
+    assert engine.replay(session.trace(), story_model).identical
+    session.rewind(len(session.steps) - 1)
+    session.set_rules([])  # removed: the model's own words come back
+    session.run()
+    assert " goes to the barn" not in session.text and " goes to the" in session.text
+    assert engine.replay(session.trace(), story_model).identical
+
+
+def test_set_rules_refuses_bad_rules_and_changes_nothing(story_model):
+    session = Session(story_model, FIRST, rules=[Rule(" goes to the", insert=" barn")])
+    session.step()
+    before = (session.rules, list(session.actions))
+    for bad, message in (([Rule(" x", insert=" Q!")], "alphabet"), (["not a rule"], "engine.Rule"),
+                         (Rule(" x", insert=" a"), "list of engine.Rule")):  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            session.set_rules(bad)
+        assert (session.rules, session.actions) == before
+    session.set_rules(list(session.rules))  # unchanged: nothing logged
+    assert session.actions == before[1]
 
 
 @pytest.mark.parametrize("change, message", [
