@@ -1,9 +1,18 @@
 """Trigger rules: when the text ends with a trigger, insert text, make a constrained choice, or call a tool."""
 
+import itertools
+import os
 import re
+import selectors
+import signal
 import subprocess
+import threading
+import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
+
+from .sampling import checked_float, checked_int
 
 
 @dataclass(frozen=True)
@@ -66,36 +75,153 @@ class CommandTool:
 
     The text so far is passed on the program's standard input. A timeout, a non-zero exit or a missing
     program becomes readable text such as "[command timed out after 10 s]", never an exception. With
-    `on_exit`, the exit status picks the text instead: {0: " passed"} plus `otherwise=" failed"`."""
+    `on_exit`, the exit status picks the text instead: {0: " passed"} plus `otherwise=" failed"`.
+
+    The program runs in a process group of its own, ended as soon as the program exits or times out, so
+    nothing it started in the background outlives the call. Output is read as it comes and kept only up
+    to max_output characters (the rest is read and dropped), so a runaway program costs no memory."""
+
+    _running: set = set()  # live processes, for end_all() when the app closes
+    _lock = threading.Lock()
 
     def __init__(self, argv, timeout=10.0, max_output=4096, on_exit=None, otherwise=None, name=None):
-        if isinstance(argv, str) or not argv or not all(isinstance(a, str) for a in argv):
+        if isinstance(argv, str) or not isinstance(argv, (list, tuple)) or not argv or not all(isinstance(a, str) for a in argv):
             raise ValueError("a command must be a non-empty list of argument strings (no shell)")
-        if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
-            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        if not isinstance(max_output, int) or isinstance(max_output, bool) or max_output < 1:
-            raise ValueError(f"max_output must be a positive int, got {max_output!r}")
+        self.timeout = checked_float("timeout", timeout, lambda t: 0 < t <= MAX_TIMEOUT,
+                                     f"a number of seconds in (0, {MAX_TIMEOUT}]")  # fmt: skip
+        self.max_output = checked_int("max_output", max_output, 1, MAX_OUTPUT, f"an int from 1 to {MAX_OUTPUT}")
+        if on_exit is not None and not (isinstance(on_exit, dict) and all(
+            isinstance(k, int) and not isinstance(k, bool) and isinstance(v, str) for k, v in on_exit.items()
+        )):  # fmt: skip
+            raise ValueError(f"on_exit must map exit statuses (ints) to text, got {on_exit!r:.60}")
+        if otherwise is not None and not isinstance(otherwise, str):
+            raise ValueError(f"otherwise must be text or None, got {otherwise!r:.60}")
+        if name is not None and not isinstance(name, str):
+            raise ValueError(f"name must be text or None, got {name!r:.60}")
         self.argv = list(argv)
-        self.timeout = timeout
-        self.max_output = max_output
         self.on_exit = dict(on_exit or {})
         self.otherwise = otherwise
         self.name = name or "command: " + " ".join(self.argv)
 
     def __call__(self, text_so_far: str) -> str:
+        marker = f"{os.getpid()}-{next(_calls)}"  # inherited by every descendant, detached or not
+        env = dict(os.environ, **{MARKER: marker})
         try:
-            done = subprocess.run(
-                self.argv, input=text_so_far, capture_output=True, text=True, timeout=self.timeout,
-                errors="replace",
-            )
-        except subprocess.TimeoutExpired:
+            process = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                       stderr=subprocess.DEVNULL, start_new_session=True, env=env)  # fmt: skip
+        except (OSError, ValueError) as error:  # missing program, not executable, a NUL in an argument
+            return f"[command could not run: {getattr(error, 'strerror', None) or error}]"
+        process.marker = marker
+        with self._lock:
+            self._running.add(process)
+        try:
+            output, finished = self._collect(process, text_so_far.encode("utf-8", "replace"))
+        finally:
+            _end_group(process)
+            with self._lock:
+                self._running.discard(process)
+        if not finished:
             return f"[command timed out after {self.timeout:g} s]"
-        except OSError as error:  # missing program, not executable, ...
-            return f"[command could not run: {error.strerror or error}]"
-        if done.returncode in self.on_exit:
-            return self.on_exit[done.returncode]
+        if process.returncode in self.on_exit:
+            return self.on_exit[process.returncode]
         if self.on_exit and self.otherwise is not None:
             return self.otherwise
-        if done.returncode != 0:
-            return f"[command exited with status {done.returncode}]"
-        return done.stdout[: self.max_output]
+        if process.returncode < 0:
+            return f"[command was ended by signal {-process.returncode}]"
+        if process.returncode != 0:
+            return f"[command exited with status {process.returncode}]"
+        return output.decode("utf-8", "replace")[: self.max_output]
+
+    def _collect(self, process, stdin: bytes) -> tuple[bytes, bool]:
+        """(the first bytes of its output, whether it exited in time). Reading stops when the program
+        exits, not at end of file: a background child may hold the pipe open for as long as it likes."""
+        deadline = time.monotonic() + self.timeout
+        threading.Thread(target=_feed, args=(process.stdin, stdin), daemon=True).start()
+        keep = self.max_output * 4  # bytes enough for max_output characters of UTF-8
+        output = bytearray()
+        fd = process.stdout.fileno()
+        with selectors.DefaultSelector() as selector:
+            selector.register(fd, selectors.EVENT_READ)
+            while True:
+                exited = process.poll() is not None
+                left = deadline - time.monotonic()
+                if left <= 0 and not exited:
+                    return bytes(output), False
+                ready = selector.select(timeout=0 if exited else min(left, 0.05))
+                chunk = os.read(fd, 65536) if ready else b""
+                if len(output) < keep:
+                    output += chunk[: keep - len(output)]
+                if exited and not chunk:  # exited, and nothing more is waiting in the pipe
+                    return bytes(output), True
+                if ready and not chunk:  # end of file: wait for the exit status
+                    try:
+                        process.wait(timeout=max(0.0, deadline - time.monotonic()))
+                    except subprocess.TimeoutExpired:
+                        return bytes(output), False
+                    selector.unregister(fd)
+                    return bytes(output), True
+
+    @classmethod
+    def end_all(cls) -> None:
+        """End every command running now (the window calls this as it closes): its call returns at once."""
+        with cls._lock:
+            running = list(cls._running)
+        for process in running:
+            _end_group(process)
+
+
+MAX_TIMEOUT = 3600.0  # seconds: a tool that needs longer is not a tool for a step
+MAX_OUTPUT = 1_000_000  # characters
+
+
+def _marked_processes(entry: bytes) -> list[int]:
+    """Pids whose environment holds `entry` (Linux's /proc; elsewhere the process group must do)."""
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if entry in environ.read_bytes().split(b"\0"):
+                found.append(int(environ.parent.name))
+        except (OSError, ValueError):
+            continue  # gone, or not ours to read
+    return found
+
+
+def _feed(pipe, data: bytes) -> None:
+    """Write the text so far to the program's stdin (in a thread: a program that never reads must not
+    block us), then close it so the program sees the end."""
+    try:
+        pipe.write(data)
+    except (BrokenPipeError, OSError, ValueError):
+        pass  # the program exited or closed its input: it did not want the text
+    finally:
+        try:
+            pipe.close()
+        except (BrokenPipeError, OSError):
+            pass
+
+
+MARKER = "TOKEN_PLAYGROUND_TOOL"  # an environment variable naming one call (as Jenkins' BUILD_ID does)
+_calls = itertools.count()
+
+
+def _end_group(process) -> None:
+    """Kill the process group the command leads, then every process that still carries the call's marker
+    in its environment (children that left the group with setsid or a double fork), and reap the command."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass  # the group is gone already
+    for pid in _marked_processes(f"{MARKER}={process.marker}".encode()):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    try:
+        process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+    for pipe in (process.stdout, process.stdin):
+        try:
+            pipe.close()
+        except OSError:
+            pass

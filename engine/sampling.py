@@ -19,7 +19,9 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 MIN_TEMPERATURE = 0.01  # the floor guards against overflow in scores / T
-MAX_SEED = 2**31 - 1  # one rule everywhere (engine, CLI, window spin box, servers' int32 seeds)
+MAX_TEMPERATURE = 100.0  # softmax(scores / 100) is already flat for any real model; the cap keeps it finite
+MAX_INT = 2**31 - 1  # one rule everywhere (engine, CLI, window spin boxes, servers' int32 fields)
+MAX_SEED = MAX_INT
 
 
 def _is_int(value) -> bool:
@@ -30,9 +32,29 @@ def _is_number(value) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
 
 
+def checked_int(name: str, value, low: int, high: int, allowed: str) -> int:
+    """value as a plain int (numpy ints too) in [low, high], or a ValueError naming it and what is allowed."""
+    if not _is_int(value) or not low <= value <= high:
+        raise ValueError(f"{name} must be {allowed}, got {value!r:.60}")
+    return int(value)
+
+
+def checked_float(name: str, value, ok, allowed: str) -> float:
+    """value as a plain float (Fraction, numpy floats, ints of any size) for which ok(value) holds, or a
+    ValueError naming it: never OverflowError or TypeError, and NaN fails every ok()."""
+    try:
+        number = float(value) if _is_number(value) else math.nan
+    except (OverflowError, ValueError, TypeError):  # an int of 400 digits, an odd Real subclass
+        number = math.nan
+    if not ok(number):
+        raise ValueError(f"{name} must be {allowed}, got {value!r:.60}")
+    return number
+
+
 @dataclass(frozen=True)
 class Settings:
-    """What shapes generation; validated when made (top_k's upper bound by `check_vocab`)."""
+    """What shapes generation; validated when made (top_k's upper bound by `check_vocab`). Every field is
+    stored as a plain int, float or None, whatever numeric type it came as."""
 
     max_new_tokens: int = 60  # tokens to generate at most
     temperature: float = 0.0  # 0 = greedy
@@ -42,25 +64,22 @@ class Settings:
     seed: int = 0  # for random.Random: one draw per sampled token; 0 to MAX_SEED
 
     def __post_init__(self):
-        for name in ("max_new_tokens", "top_k", "seed"):  # numpy ints work like ints from here on
-            value = getattr(self, name)
-            if _is_int(value) and not isinstance(value, int):
-                object.__setattr__(self, name, int(value))
-        t = self.temperature
-        if not _is_number(t) or not math.isfinite(t) or t < 0 or 0 < t < MIN_TEMPERATURE:
-            raise ValueError(f"temperature must be 0 or a finite number >= {MIN_TEMPERATURE}, got {t!r}")
-        if self.top_k is not None and (not _is_int(self.top_k) or self.top_k < 1):
-            raise ValueError(f"top_k must be an int from 1 to the vocabulary size, or None; got {self.top_k!r}")
-        p = self.top_p
-        if p is not None and (not _is_number(p) or not 0 < p <= 1):  # NaN fails the comparison too
-            raise ValueError(f"top_p must be a number in (0, 1], or None; got {p!r}")
-        m = self.min_p
-        if m is not None and (not _is_number(m) or not 0 <= m <= 1):
-            raise ValueError(f"min_p must be a number in [0, 1], or None; got {m!r}")
-        if not _is_int(self.max_new_tokens) or self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be a positive int, got {self.max_new_tokens!r}")
-        if not _is_int(self.seed) or not 0 <= self.seed <= MAX_SEED:
-            raise ValueError(f"seed must be an int from 0 to {MAX_SEED}, got {self.seed!r}")
+        t_allowed = f"0 or a finite number from {MIN_TEMPERATURE} to {MAX_TEMPERATURE:g}"
+        checked = {
+            "temperature": checked_float("temperature", self.temperature,
+                                         lambda t: t == 0 or MIN_TEMPERATURE <= t <= MAX_TEMPERATURE, t_allowed),
+            "top_k": None if self.top_k is None else checked_int(
+                "top_k", self.top_k, 1, MAX_INT, "an int from 1 to the vocabulary size, or None"),
+            "top_p": None if self.top_p is None else checked_float(
+                "top_p", self.top_p, lambda p: 0 < p <= 1, "a number in (0, 1], or None"),
+            "min_p": None if self.min_p is None else checked_float(
+                "min_p", self.min_p, lambda m: 0 <= m <= 1, "a number in [0, 1], or None"),
+            "max_new_tokens": checked_int("max_new_tokens", self.max_new_tokens, 1, MAX_INT,
+                                          f"a positive int (at most {MAX_INT})"),
+            "seed": checked_int("seed", self.seed, 0, MAX_SEED, f"an int from 0 to {MAX_SEED}"),
+        }  # fmt: skip
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
 
     def check_vocab(self, vocab_size: int | None) -> "Settings":
         """Check top_k against the vocabulary (None: a remote model whose vocabulary size is not known)."""
@@ -69,7 +88,7 @@ class Settings:
         return self
 
     def to_dict(self) -> dict:
-        return {k: (v if v is None else (int(v) if _is_int(v) else float(v))) for k, v in asdict(self).items()}
+        return asdict(self)  # plain ints, floats and None already
 
 
 def softmax(scores):  # [V] -> [V], float32 in, float32 out

@@ -130,6 +130,13 @@ def _step_from_dict(data) -> Step:
     count = len(cand["token_ids"])
     if any(len(cand[n]) not in ((count,) if n in ("tokens", "raw") else (count, 0)) for n in names):
         raise ValueError("step field 'candidates' must hold lists as long as token_ids (stages may be empty)")
+    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= -1 for i in cand["token_ids"]):
+        raise ValueError("step field 'candidates.token_ids' must hold ints >= -1")
+    if not all(isinstance(t, str) for t in cand["tokens"]):
+        raise ValueError("step field 'candidates.tokens' must hold strings")
+    for stage in Candidates.STAGES:
+        if not all(isinstance(p, (int, float)) and not isinstance(p, bool) and 0 <= p <= 1 for p in cand[stage]):
+            raise ValueError(f"step field 'candidates.{stage}' must hold probabilities in [0, 1]")
     values["candidates"] = Candidates(**{n: tuple(cand[n]) for n in names})
     options = values["options"]
     if options is not None:

@@ -48,10 +48,15 @@ def session_trace(session) -> dict:
 
 
 def _model_description(model) -> dict:
+    scoring = {  # how a server scored forced and inserted tokens (engine/remote.py)
+        "echo": "echo: one request echoes the prompt's log-probabilities (one request per token where the echo does not line up)",
+        "per position": "one request per position: each forced token read from the top N of a one-token request",
+    }
     described = {"name": model.name, "weights_sha256": model.weights_sha256}
     if getattr(model, "remote", False):  # a server: where it was, which model, and how prompts were sent
         described.update(url=model.root, server_model=model.model_id,
-                         prompt_format="token ids" if model.capabilities.get("token_id_prompts") else "text")  # fmt: skip
+                         prompt_format="token ids" if model.capabilities.get("token_id_prompts") else "text",
+                         scoring=scoring.get(model.capabilities.get("scoring"), "unknown"))  # fmt: skip
     return described
 
 
@@ -71,6 +76,8 @@ def load_trace(path) -> dict:
         trace = json.loads(text)
     except json.JSONDecodeError as error:
         raise ValueError(f"{path} is not JSON: {error}") from None
+    except RecursionError:
+        raise ValueError(f"{path} nests arrays or objects too deeply to be a trace") from None
     validate_trace(trace)
     return trace
 
@@ -115,7 +122,7 @@ def validate_trace(trace) -> None:
 
 def _check_action(index, action) -> None:
     where = f"trace field 'actions[{index}]'"
-    if not isinstance(action, dict) or action.get("kind") not in ACTION_KINDS:
+    if not isinstance(action, dict) or not isinstance(action.get("kind"), str) or action["kind"] not in ACTION_KINDS:
         raise ValueError(f"{where} must be an object whose kind is one of {sorted(ACTION_KINDS)}")
     kind = action["kind"]
 
@@ -190,7 +197,10 @@ def replay_session(trace: dict, model):
     if recorded_model["weights_sha256"] != model.weights_sha256 or recorded_model.get("url") != getattr(model, "root", None):
         notes.append(f"recorded with {recorded_model['name']} {recorded_model['weights_sha256'][:12]}, "
                      f"replayed with {model.name} {model.weights_sha256[:12]}")  # fmt: skip
-    session = Session(model, trace["prompt"], **trace["settings"])
+    try:
+        session = Session(model, trace["prompt"], **trace["settings"])
+    except ValueError as error:  # another model's trace: say so first, then why it cannot start
+        raise ValueError(" ".join([*notes, f"replay cannot start: {error}"])) from None
     if session.prompt_ids != trace["prompt_token_ids"]:
         difference = {"step": 0, "field": "prompt_token_ids", "recorded": trace["prompt"], "replayed": trace["prompt"]}
         return session, ReplayReport(False, 0, difference, tuple(notes))
@@ -243,7 +253,8 @@ def _perform(session, action: dict) -> None:
     elif kind == "stream":  # one streaming request that gave n tokens before something intervened
         session.stream_generation = True
         for _ in range(action["n"]):
-            session.step()
+            if session.step() is None:  # the session's own limits bound a count the file claims
+                break
         session.interrupt()
         session.stream_generation = False
     elif kind == "force":

@@ -75,12 +75,12 @@ def test_draw_walks_the_cumulative_distribution_in_token_order():
 
 
 BAD_SETTINGS = [
-    ({"temperature": -0.5}, "temperature must be 0 or a finite number >= 0.01"),
-    ({"temperature": math.nan}, "temperature must be 0 or a finite number >= 0.01"),
-    ({"temperature": math.inf}, "temperature must be 0 or a finite number >= 0.01"),
-    ({"temperature": True}, "temperature must be 0 or a finite number >= 0.01"),
-    ({"temperature": "1"}, "temperature must be 0 or a finite number >= 0.01"),
-    ({"temperature": 0.005}, "temperature must be 0 or a finite number >= 0.01"),
+    ({"temperature": -0.5}, "temperature must be 0 or a finite number from 0.01 to 100"),
+    ({"temperature": math.nan}, "temperature must be 0 or a finite number from 0.01 to 100"),
+    ({"temperature": math.inf}, "temperature must be 0 or a finite number from 0.01 to 100"),
+    ({"temperature": True}, "temperature must be 0 or a finite number from 0.01 to 100"),
+    ({"temperature": "1"}, "temperature must be 0 or a finite number from 0.01 to 100"),
+    ({"temperature": 0.005}, "temperature must be 0 or a finite number from 0.01 to 100"),
     ({"top_k": 0}, "top_k must be an int from 1 to"),
     ({"top_k": True}, "top_k must be an int from 1 to"),
     ({"top_k": 2.0}, "top_k must be an int from 1 to"),

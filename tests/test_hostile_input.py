@@ -1,0 +1,237 @@
+"""Hostile input (issue 11): every bad value a ValueError that changes nothing, failed steps leave no trace,
+corrupt trace files are refused, commands leave nothing running."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from decimal import Decimal
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import engine
+import tiny_gguf
+from engine import CommandTool, Session
+from engine.checkpoint import atomic_write_bytes
+
+FIRST = "mia has a red ball."
+
+# --- values ------------------------------------------------------------------------------------------------
+junk = st.one_of(
+    st.none(), st.booleans(), st.integers(-(10**400), 10**400), st.integers(-5, 70),
+    st.floats(allow_nan=True, allow_infinity=True), st.floats(0, 2),
+    st.fractions(), st.decimals(allow_nan=True), st.text(max_size=3),
+    st.integers(-3, 70).map(np.int64), st.floats(0, 2, width=32).map(np.float32), st.just([1]),
+)  # fmt: skip
+SETTING_NAMES = ("max_new_tokens", "temperature", "top_k", "top_p", "min_p", "seed")
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(values=st.fixed_dictionaries({}, optional={name: junk for name in SETTING_NAMES}))
+def test_any_settings_either_work_or_raise_value_error(story_model, values):
+    try:
+        session = Session(story_model, FIRST, **values)
+    except ValueError:
+        return
+    for name in SETTING_NAMES:  # stored as plain Python numbers, whatever came in
+        assert type(getattr(session.settings, name)) in (int, float, type(None))
+    with np.errstate(all="raise"):  # no "overflow encountered in cast" and the like
+        session.step()
+    assert json.loads(json.dumps(session.trace()))["settings"] == session.settings.to_dict()
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=st.sampled_from(SETTING_NAMES), value=junk)
+def test_update_settings_applies_all_or_nothing(story_model, name, value):
+    session = Session(story_model, FIRST, temperature=1.0, seed=3)
+    session.step()
+    before = (session.settings, list(session.actions), len(session.steps))
+    try:
+        session.update_settings(**{name: value})
+    except ValueError:
+        assert (session.settings, session.actions, len(session.steps)) == before
+        return
+    session.step()
+    assert engine.replay(session.trace(), story_model).identical
+
+
+def test_the_reported_values(story_model):
+    for value in (10**400, -(10**400), 1e308):
+        with pytest.raises(ValueError, match="temperature must be 0 or a finite number from 0.01 to 100"):
+            engine.generate(story_model, FIRST, temperature=value)
+    half = engine.generate(story_model, FIRST, temperature=Fraction(1, 2), seed=2, max_new_tokens=8)
+    assert half.to_dict() == engine.generate(story_model, FIRST, temperature=0.5, seed=2, max_new_tokens=8).to_dict()
+    with pytest.raises(ValueError, match="temperature"):
+        engine.generate(story_model, FIRST, temperature=Decimal("0.5"))  # not a Real: refused, not crashed
+    session = Session(story_model, FIRST, temperature=1.0, seed=np.int64(5))
+    session.update_settings(seed=np.int64(6))
+    session.run()
+    assert engine.replay(session.trace(), story_model).identical
+    session.rewind(3)
+    before = list(session.actions)
+    with pytest.raises(ValueError, match="a choice's source must be 'forced' or 'rule', got 'bogus'"):
+        session.choose([" a", " b"], source="bogus")
+    assert session.actions == before
+    engine.trace.validate_trace(session.trace())  # still exportable
+
+
+# --- no half-done steps ------------------------------------------------------------------------------------
+class PoisonedModel:
+    """The story model, except that feeding one token makes its scores NaN (as a damaged weight does)."""
+
+    def __init__(self, model, poison: int):
+        self.model, self.poison = model, poison
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+    def decode(self, ids, cache, last_only=False):
+        rows = self.model.decode(ids, cache, last_only=last_only)
+        return np.full_like(rows, np.nan) if self.poison in list(ids) else rows
+
+
+def test_non_finite_scores_are_a_clear_error_and_the_session_is_unchanged(story_model):
+    poison = story_model.tokenizer.ids[" ben"]
+    model = PoisonedModel(story_model, poison)
+    session = Session(model, FIRST, temperature=1.0, seed=1)
+    session.step()
+    session.force_token(poison)
+    session.step()  # the poisoned token is taken; it is fed to the model by the next step
+    before = ([s.to_dict() for s in session.steps], list(session.actions), session.text, list(session.ids))
+    cache_length = session._cache.length
+    for _ in range(2):  # and again: the first failure left nothing behind
+        with pytest.raises(ValueError, match=rf"non-finite scores \(NaN or inf\) at position {len(session.ids) - 1}"):
+            session.step()
+        assert ([s.to_dict() for s in session.steps], session.actions, session.text, session.ids) == before
+        assert session._cache.length == cache_length
+    with pytest.raises(ValueError, match="non-finite"):
+        session.insert_text(" goes to")
+    assert session.actions == before[1] and session._cache.length == cache_length
+    session.rewind(1)  # back before the poisoned token: the session works on
+    assert session.step() is not None
+
+
+# --- trace files -------------------------------------------------------------------------------------------
+@pytest.fixture
+def trace(story_model):
+    session = Session(story_model, FIRST, temperature=1.0, seed=2, max_new_tokens=12)
+    session.step()
+    session.insert_text(" to the")
+    session.run()
+    return session.trace()
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[" * 1000 + "]" * 1000, "nests arrays or objects too deeply"),
+    ("PATCH:actions[0].kind=[]", r"actions\[0\]' must be an object whose kind"),
+    ("PATCH:settings.temperature=" + "9" * 401, "temperature must be 0 or a finite number"),
+    ("PATCH:settings.seed=" + "1" + "0" * 30, "seed must be an int from 0 to"),
+    ("PATCH:steps[0].candidates.tokens[0]=7", "candidates.tokens' must hold strings"),
+    ("PATCH:steps[0].candidates.raw[0]=1e999", r"candidates.raw' must hold probabilities"),
+])  # fmt: skip
+def test_corrupt_trace_files_are_refused_with_a_value_error(trace, tmp_path, text, message):
+    if text.startswith("PATCH:"):
+        where, value = text[len("PATCH:") :].split("=", 1)
+        data = json.loads(json.dumps(trace))
+        target = data
+        parts = where.replace("]", "").replace("[", ".").split(".")
+        for part in parts[:-1]:
+            target = target[int(part)] if part.isdigit() else target[part]
+        last = parts[-1]
+        encoded = json.dumps(data)
+        placeholder = "__PATCHED__"
+        target[int(last) if last.isdigit() else last] = placeholder
+        text = json.dumps(data).replace(json.dumps(placeholder), value)
+        assert encoded  # the patch is applied to the JSON text, so values Python would not write get in
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        engine.load_trace(path)
+
+
+def test_a_stream_count_beyond_what_the_trace_holds_does_not_hang(trace, story_model):
+    trace = json.loads(json.dumps(trace))
+    trace["actions"].append({"kind": "stream", "n": 10**30})
+    started = time.monotonic()
+    report = engine.replay(trace, story_model)
+    assert time.monotonic() - started < 10
+    assert not report.identical or report.steps == len(trace["steps"])
+
+
+def test_another_models_trace_says_so_first(story_model, tmp_path, monkeypatch):
+    monkeypatch.setenv("TOKEN_PLAYGROUND_CACHE", str(tmp_path / "cache"))
+    other = engine.load_model(tiny_gguf.write(tmp_path / "tiny.gguf", tiny_gguf.random_weights(seed=1)))
+    session = Session(other, "Ünïcode the story model cannot read", max_new_tokens=3)
+    session.run()
+    with pytest.raises(ValueError, match=r"^recorded with tiny.* replayed with story model .* replay cannot start: "
+                                         r"'Ü' at position 0 is not in the story model's alphabet"):  # fmt: skip
+        engine.replay(session.trace(), story_model)
+
+
+def test_a_writer_killed_midway_leaves_no_temporary_behind_the_next_save(tmp_path, trace):
+    target = tmp_path / "run.json"
+    code = (f"import os, engine.checkpoint as c; c.os.replace = lambda *a: os.kill(os.getpid(), 9); "
+            f"c.atomic_write_bytes(__import__('pathlib').Path({str(target)!r}), b'x' * 1000)")  # fmt: skip
+    for _ in range(3):
+        assert subprocess.run([sys.executable, "-c", code]).returncode == -9
+    assert len(list(tmp_path.glob("run.json.*.tmp"))) == 1  # each writer removed its dead forerunner's
+    engine.save_trace(trace, target)
+    assert [p.name for p in tmp_path.iterdir()] == ["run.json"]
+    assert engine.load_trace(target) == trace
+    live = tmp_path / f"run.json.{os.getpid()}.x.tmp"  # a writer that is still alive keeps its file
+    live.write_bytes(b"")
+    atomic_write_bytes(target, b"{}")
+    assert live.exists()
+
+
+# --- commands ----------------------------------------------------------------------------------------------
+def _marked_alive() -> list[int]:
+    from engine.rules import MARKER
+
+    alive = []
+    for environ in __import__("pathlib").Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if MARKER.encode() in environ.read_bytes():
+                alive.append(int(environ.parent.name))
+        except OSError:
+            continue
+    return alive
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("script, output", [
+    ("sleep 30 & echo started", "started\n"),  # a background child holding the pipe
+    ("(setsid sleep 30 &); echo double", "double\n"),  # a double fork into a new session
+    ("setsid sleep 30 > /dev/null & echo detached", "detached\n"),  # a detached child
+])  # fmt: skip
+def test_commands_leave_nothing_running(script, output):
+    started = time.monotonic()
+    assert CommandTool(["sh", "-c", script], timeout=5)("") == output
+    assert time.monotonic() - started < 2  # the program exited: its children are not waited for
+    time.sleep(0.1)
+    assert _marked_alive() == []
+
+
+def test_runaway_output_is_capped_as_it_is_read():
+    started = time.monotonic()
+    assert CommandTool(["yes"], timeout=1)("") == "[command timed out after 1 s]"
+    assert time.monotonic() - started < 2.5
+    text = CommandTool([sys.executable, "-c", "print('é' * 10**6)"], max_output=5)("")
+    assert text == "ééééé"
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(timeout=math.inf), "timeout must be a number of seconds"), (dict(timeout=1e300), "timeout"),
+    (dict(timeout=0), "timeout"), (dict(on_exit=[1]), "on_exit must map exit statuses"),
+    (dict(on_exit={"0": "x"}), "on_exit"), (dict(max_output=10**400), "max_output"),
+    (dict(otherwise=3), "otherwise must be text"),
+])  # fmt: skip
+def test_command_tool_checks_its_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        CommandTool(["true"], **kwargs)
