@@ -12,6 +12,7 @@ import glob
 import hashlib
 import io
 import json
+import math
 import os
 import tempfile
 import zipfile
@@ -143,7 +144,9 @@ def load_story_model(path=None) -> StoryModel:
         config = Config(**header["config"])
     except (KeyError, TypeError) as error:
         raise ValueError(f"{weights_path} has an unreadable config: {error}") from None
-    recorded = header.get("signature", {})
+    recorded = header.get("signature")
+    if not isinstance(recorded, dict):
+        raise ValueError(f"{weights_path} has no readable signature")
     expected = {
         "config": config_signature(config),
         "tokenizer": sha256_text(tokenizer_json),
@@ -172,16 +175,39 @@ def load_story_model(path=None) -> StoryModel:
     return StoryModel(params, config, tokenizer, name="story model", weights_sha256=digest)
 
 
+MAX_CHECKPOINT_BYTES = 256 * 2**20  # a story model is about 1 MB: anything near this is not one
+
+
 def _read_npz(path: Path):
-    """-> (header dict, {name: array}); any damage to the file becomes a ValueError."""
+    """-> (header dict, {name: array}); any damage to the file becomes a ValueError. Sizes are checked
+    before anything is inflated or allocated: the zip directory's sizes first, then each array's header."""
     try:
-        with open(path, "rb") as file, np.load(file, allow_pickle=False) as npz:
-            arrays = {name: npz[name] for name in npz.files}
+        with zipfile.ZipFile(path) as archive:
+            members = archive.infolist()
+            total = sum(member.file_size for member in members)
+            if total > MAX_CHECKPOINT_BYTES:
+                raise ValueError(f"it would inflate to {total:,} bytes (at most {MAX_CHECKPOINT_BYTES:,})")
+            arrays = {member.filename.removesuffix(".npy"): _read_member(archive, member) for member in members}
         header = json.loads(str(arrays.pop("header")))
     except FileNotFoundError:
         raise ValueError(f"no checkpoint at {path}") from None
-    except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile, json.JSONDecodeError) as error:
+    except (OSError, EOFError, ValueError, KeyError, NotImplementedError, zipfile.BadZipFile,
+            json.JSONDecodeError, UnicodeDecodeError) as error:  # fmt: skip
         raise ValueError(f"{path} is truncated or corrupted: {error}") from None
     if not isinstance(header, dict):
         raise ValueError(f"{path} has no readable header")
     return header, arrays
+
+
+def _read_member(archive: zipfile.ZipFile, member: zipfile.ZipInfo) -> np.ndarray:
+    """One .npy member, refused before allocation if its header claims more data than the member holds."""
+    with archive.open(member) as file:
+        version = np.lib.format.read_magic(file)
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _fortran, dtype = read_header(file)
+        if dtype.hasobject:
+            raise ValueError(f"{member.filename} holds Python objects")
+        if math.prod(shape) * dtype.itemsize > member.file_size:
+            raise ValueError(f"{member.filename} claims shape {shape} but holds {member.file_size:,} bytes")
+    with archive.open(member) as file:
+        return np.lib.format.read_array(file, allow_pickle=False)

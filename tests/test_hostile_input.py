@@ -235,3 +235,61 @@ def test_runaway_output_is_capped_as_it_is_read():
 def test_command_tool_checks_its_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         CommandTool(["true"], **kwargs)
+
+
+# --- the story checkpoint ------------------------------------------------------------------------------------
+@pytest.fixture
+def checkpoint_copy(tmp_path):
+    import shutil
+
+    from engine.checkpoint import TOKENIZER_FILE, WEIGHTS_FILE, resources_dir
+
+    for name in (WEIGHTS_FILE, TOKENIZER_FILE):
+        shutil.copy(resources_dir() / name, tmp_path / name)
+    return tmp_path / WEIGHTS_FILE
+
+
+def test_byte_flips_in_the_checkpoint_are_refused_with_value_errors(checkpoint_copy):
+    original = checkpoint_copy.read_bytes()
+    refused = 0
+    for position in range(0, len(original), max(1, len(original) // 300)):
+        damaged = bytearray(original)
+        damaged[position] ^= 0xFF
+        checkpoint_copy.write_bytes(bytes(damaged))
+        try:
+            engine.load_model(checkpoint_copy)
+        except ValueError:
+            refused += 1
+    assert refused >= 290  # the rest fall in bytes no reader looks at (zip padding, comments)
+
+
+def test_checkpoint_headers_and_sizes_are_checked_before_use(checkpoint_copy):
+    import zipfile
+
+    with np.load(checkpoint_copy) as npz:
+        arrays = {name: npz[name] for name in npz.files}
+    header = json.loads(str(arrays["header"]))
+    np.savez(checkpoint_copy, **dict(arrays, header=np.array(json.dumps(dict(header, signature="x")))))
+    with pytest.raises(ValueError, match="has no readable signature"):
+        engine.load_model(checkpoint_copy)
+    # a member whose array header claims 10**12 floats but holds a few bytes: refused before allocating
+    fake = bytearray(b"\x93NUMPY\x01\x00")
+    text = "{'descr': '<f4', 'fortran_order': False, 'shape': (1000000000000,), }"
+    text += " " * (118 - len(text) - 1) + "\n"
+    fake += len(text).to_bytes(2, "little") + text.encode() + b"\0" * 16
+    with zipfile.ZipFile(checkpoint_copy, "w") as archive:
+        for name, array in arrays.items():
+            with archive.open(name + ".npy", "w") as member:
+                np.lib.format.write_array(member, array)
+        archive.writestr("huge.npy", bytes(fake))
+    with pytest.raises(ValueError, match=r"claims shape \(1000000000000,\)"):
+        engine.load_model(checkpoint_copy)
+    # a zip bomb: a small file that would inflate past the limit is refused from its directory
+    with zipfile.ZipFile(checkpoint_copy, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        with archive.open("header.npy", "w") as member:
+            zeros = bytes(2**20)
+            for _ in range(260):
+                member.write(zeros)
+    assert checkpoint_copy.stat().st_size < 2 * 2**20
+    with pytest.raises(ValueError, match="would inflate to 272,629,760 bytes"):
+        engine.load_model(checkpoint_copy)
