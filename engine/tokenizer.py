@@ -104,6 +104,10 @@ class Tokenizer:
                 raise ValueError(f"token id {i} is outside the vocabulary (0 to {len(self.tokens) - 1})")
         return "".join(self.tokens[i] for i in ids)
 
+    def token_bytes(self, token_id: int) -> bytes:
+        """A token's own bytes (every story token is whole text; GGUF tokenizers may split a character)."""
+        return self.decode([token_id]).encode("utf-8")
+
     def _encode_piece(self, piece: str) -> tuple[int, ...]:
         symbols = tuple(piece)
         while len(symbols) > 1:

@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (
 import engine
 
 from .controller import Controller
+from .errors import ExceptionHook
 from .widgets.chart import DistributionChart
 from .widgets.controls import Controls
 from .widgets.rules_panel import RulesPanel
@@ -42,6 +43,7 @@ class MainWindow(QMainWindow):
         self.insert_button.setToolTip("Append this text as forced tokens, then carry on (Return)")
         self.insert_error = QLabel("", objectName="insertError")
         self.insert_error.setStyleSheet("color: #e74c3c;")
+        self.insert_error.setWordWrap(True)  # a long message wraps instead of widening the window
         self.insert_error.hide()
         self.continue_button = QPushButton("Continue from here", objectName="continueButton")
         self.continue_button.setToolTip("Rewind to the selected token and generate a new branch with the current settings")
@@ -56,6 +58,8 @@ class MainWindow(QMainWindow):
         self._layout()
         self._menu()
         self.controller = Controller(self, self.model)
+        self.exception_hook = ExceptionHook(self.controller.show_error)  # a failing slot reaches the status bar
+        self.exception_hook.install()
         self._restore()
         self.controller.check_prompt()
 
@@ -175,17 +179,19 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event) -> None:
         self.remember()
         self.controller.shutdown()  # stops the worker cleanly before the window goes
+        self.exception_hook.uninstall()
         super().closeEvent(event)
 
 
 def _legend() -> QLabel:
     swatches = "".join(
         f'<span style="background-color: {probability_color(p).name(probability_color(p).NameFormat.HexArgb)};">'
-        f"&nbsp;{p:.1f}&nbsp;</span>"
+        f"&nbsp;{p:g}&nbsp;</span>"
         for p in (0.0, 0.25, 0.5, 0.75, 1.0)
     )
     sources = " &nbsp; ".join(f'<b><u style="color:{color}">{name}</u></b>' for name, color in SOURCE_COLORS.items())
     label = QLabel(f"probability of the drawn token: {swatches} &nbsp;&nbsp; steered tokens: {sources}")
     label.setObjectName("legendLabel")
     label.setTextFormat(Qt.TextFormat.RichText)
+    label.setWordWrap(True)  # the window can be narrow (1024 px)
     return label

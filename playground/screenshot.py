@@ -2,8 +2,9 @@
 
     python -m playground.screenshot docs/screenshot.png [smollm2]
 
-The window generates a story at temperature 1 with a forced word and a rule in place, then selects the
-step where the model chose among several places, so the chart shows a real spread of candidates."""
+The story model generates greedily (the defaults a newcomer sees) with a rule in place, then the step where
+the model's own distribution is widest is selected: under greedy the chart shows the raw softmax with the
+token taken in orange. Token boundaries show as alternating shades."""
 
 import os
 import sys
@@ -27,7 +28,7 @@ def render(path: Path, model_name: str | None = None, timeout_ms: int = 120000) 
     window.resize(1360, 820)
     if model_name is None:
         window.controls.prompt.setPlainText("ben has a blue fan.")
-        window.controls.set_settings({"temperature": 1.0, "top_k": 8, "top_p": 0.95, "seed": 5, "max_new_tokens": 60})
+        window.controls.set_settings({"temperature": 0.0, "seed": 0, "max_new_tokens": 60})
         window.rules_panel.add_rule(r"now \w+ has the", "choose", " blue| gold", regex=True)
         window.rules_panel.add_rule("Result:", "command", "python -m pytest -q tests/test_sum.py")
     else:
@@ -40,8 +41,8 @@ def render(path: Path, model_name: str | None = None, timeout_ms: int = 120000) 
     def finished(_reason):
         view = window.token_view
         steps = view.steps()
-        # the step with the widest choice: the most candidates above 5% in the final stage
-        widest = max(range(len(steps)), key=lambda i: sum(p > 0.05 for p in steps[i].candidates.final))
+        # the step with the widest choice: the most candidates above 5% in the model's own softmax
+        widest = max(range(len(steps)), key=lambda i: sum(p > 0.05 for p in steps[i].candidates.raw))
         view.select(widest)
         window.controller.token_selected(widest)
         window.chart.flush()

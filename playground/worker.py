@@ -15,6 +15,24 @@ from PySide6.QtCore import QMetaObject, QObject, Qt, QThread, Signal, Slot
 import engine
 
 STOPPED_BY_YOU = "stopped by you"
+LOAD_CANCELLED = "loading cancelled"
+
+
+class LoadCancelled(Exception):
+    """Raised from the progress callback when Stop is pressed while a model loads."""
+
+
+def why_it_cannot_go_on(session) -> str | None:
+    """Why Step and Generate cannot carry on this session, and how a person can, or None when they can.
+    A max_new_tokens stop is not one: Max new counts per Generate, so they go on past it."""
+    reason = session.stopped
+    if reason == "context full":
+        return (f"The context is full ({session.model.context_length:,} positions): Step and Generate cannot "
+                "go on. Click a token to branch from there, or Reset to start over.")  # fmt: skip
+    if reason and reason != "max_new_tokens":
+        return (f"The model ended the text ({reason}): Step and Generate cannot go on. Insert text to "
+                "continue it, click a token to branch from there, or Reset to start over.")  # fmt: skip
+    return None
 TICK_SECONDS = 0.004  # a turn of generation: short enough that a click is taken within a few ms
 
 
@@ -22,7 +40,9 @@ class GenerationWorker(QObject):
     sessionStarted = Signal(object)  # the new engine.Session
     redraw = Signal(str, object)  # (prompt, copy of the steps): the view shows exactly this session
     stepped = Signal(object)  # engine.Step
-    preview = Signal(object)  # engine.Candidates of the next step (or None), when paused
+    preview = Signal(object, object)  # (engine.Candidates of the next step or None, why it stopped or None)
+    notice = Signal(str)  # why a command cannot be done (not an error: nothing went wrong)
+    rulesSet = Signal(int)  # the number of rules now in force, after a change from the rules panel
     finished = Signal(str, float)  # stop reason, tokens per second of the run
     paused = Signal()  # a single command (step, force, insert, rewind) is done
     failed = Signal(str)  # a readable message; the session is as it was
@@ -37,6 +57,8 @@ class GenerationWorker(QObject):
         self.session: engine.Session | None = None
         self.lock = threading.Lock()  # held while the session changes; the GUI takes it to read a trace
         self._stop = threading.Event()
+        self._cancel_load = threading.Event()
+        self._loaded_here = False  # a model this worker loaded is its own to close (a server's connections)
         self._generating = False
         self._run_started = 0.0
         self._run_steps = 0
@@ -45,6 +67,10 @@ class GenerationWorker(QObject):
     def request_stop(self) -> None:
         """Thread-safe: the running generation stops before its next step."""
         self._stop.set()
+
+    def cancel_load(self) -> None:
+        """Thread-safe: a model being loaded is dropped at its next progress report (the old one stays)."""
+        self._cancel_load.set()
 
     @property
     def generating(self) -> bool:
@@ -124,15 +150,33 @@ class GenerationWorker(QObject):
 
     @Slot(object)
     def step_once(self, settings: dict | None = None) -> None:
-        """One step, with the controls' settings if they changed (a logged settings change)."""
+        """One step, with the controls' settings if they changed (a logged settings change). Max new counts
+        per Generate: a step past it raises the session's limit by one."""
+        if self._refused():
+            return
 
         def step(session):
             if settings:
-                session.update_settings(**settings)
+                limit = max(session.settings.max_new_tokens, len(session.steps) + 1)
+                session.update_settings(**{**settings, "max_new_tokens": limit})
             session.step()
 
         if self._command(step, emit=True) and self.session.stopped:
             self.finished.emit(self.session.stopped, 0.0)
+
+    def _refused(self, run: bool = False) -> bool:
+        """Say why the session cannot go on (the model ended the text, the context is full), if so; for a
+        Generate (run), the GUI took the run as started: it hears first that none is."""
+        why = None if self.session is None else why_it_cannot_go_on(self.session)
+        if why:
+            if run:
+                self.busyChanged.emit(False)
+            self.notice.emit(why)
+            self._emit_preview()  # the GUI learns again that the session stopped, and why
+            if not run:
+                self.paused.emit()  # the command is done (with nothing to do)
+            self.finished.emit(self.session.stopped, 0.0)  # an observer waiting for the run is not left waiting
+        return why is not None
 
     @Slot()
     def reset(self) -> None:
@@ -178,12 +222,34 @@ class GenerationWorker(QObject):
 
     @Slot(object)
     def continue_with(self, settings: dict) -> None:
-        """Generate on from where the session is, with the controls' settings."""
-        if self._command(lambda s: s.update_settings(**settings), emit=False):
+        """Generate on from where the session is, with the controls' settings, for up to Max new more
+        tokens (changing only the limit keeps the random stream: the same tokens come as in one run)."""
+        if self._refused(run=True):
+            return
+
+        def carry_on(session):
+            session.update_settings(**{**settings, "max_new_tokens": len(session.steps) + settings["max_new_tokens"]})
+
+        if self._command(carry_on, emit=False):
             self.generate()
 
     @Slot(object)
-    def replay(self, trace: dict) -> None:
+    def set_rules(self, rules) -> None:
+        """The rules panel changed: these rules act from the next step on (logged in the trace)."""
+        if self.session is None:
+            return
+        try:
+            with self.lock:
+                self.session.set_rules(rules)
+        except ValueError as error:
+            self.failed.emit(str(error))
+            return
+        self.rulesSet.emit(len(rules))
+
+    @Slot(object, int)
+    def replay(self, trace: dict, request: int) -> None:
+        """Replay a trace; the GUI gets the report with its request number (a late one it no longer
+        waits for is dropped there) and draws the replayed steps itself."""
         try:
             session, report = engine.replay_session(trace, self.model)
         except ValueError as error:
@@ -192,8 +258,7 @@ class GenerationWorker(QObject):
         with self.lock:
             self.session = session
         self.sessionStarted.emit(session)
-        self.redraw.emit(session.prompt, list(session.steps))
-        self.replayed.emit(report, list(session.steps))
+        self.replayed.emit(report, (request, session.prompt, list(session.steps), session.stopped))
         self._emit_preview()
 
     # --- helpers -------------------------------------------------------------------------------------
@@ -216,31 +281,55 @@ class GenerationWorker(QObject):
             for step in steps[before:]:
                 self.stepped.emit(step)
         if emit and not self._generating:
+            self._emit_preview()  # before `paused`: once the GUI hears it, the chart has what comes next
             self.paused.emit()
-            self._emit_preview()
         return True
 
     @Slot(object)
     def load_model(self, source) -> None:
         """Load a model here, off the GUI thread (engine.load_model's argument); on failure keep the old one."""
+        self._cancel_load.clear()
+
+        def progress(done, total):
+            if self._cancel_load.is_set():
+                raise LoadCancelled
+            self.loadProgress.emit(done, total)
+
         try:
-            model = engine.load_model(source, progress=lambda done, total: self.loadProgress.emit(done, total))
+            model = engine.load_model(source, progress=progress)
+        except LoadCancelled:
+            self.failed.emit(f"{LOAD_CANCELLED}: still using {self.model.name}")
+            return
         except (ValueError, OSError) as error:
-            self.failed.emit(f"could not open {source}: {error}")
+            self.failed.emit(_could_not_open(source, str(error)))
             return
         except Exception as error:  # noqa: BLE001 - any other failure is reported, the old model stays
-            self.failed.emit(f"could not open {source}: {type(error).__name__}: {error}")
+            self.failed.emit(_could_not_open(source, f"{type(error).__name__}: {error}"))
             return
         with self.lock:
-            self.model, self.session = model, None
+            old, self.model, self.session = self.model, model, None
+        if self._loaded_here:
+            close_model(old)
+        self._loaded_here = True
         self.modelLoaded.emit(model)
+
+    def close_own_model(self) -> None:
+        """On shutdown (the thread has stopped): close a model this worker loaded."""
+        if self._loaded_here:
+            close_model(self.model)
 
     @Slot()
     def send_preview(self) -> None:
         self._emit_preview()
 
     def _emit_preview(self) -> None:
+        """The next step's candidates, or, once the session stopped, only why (the GUI then shows the
+        last step: a next token the model would never take is no use)."""
         if self.session is None or self._generating:
+            return
+        stopped = self.session.stopped
+        if stopped:
+            self.preview.emit(None, stopped)
             return
         try:
             with self.lock:
@@ -248,7 +337,19 @@ class GenerationWorker(QObject):
         except Exception as error:  # noqa: BLE001
             self.failed.emit(f"could not compute the next distribution: {error}")
             return
-        self.preview.emit(candidates)
+        self.preview.emit(candidates, None)
+
+
+def close_model(model) -> None:
+    """Release what a model holds open (a server model's HTTP connections); others have nothing to close."""
+    close = getattr(model, "close", None)
+    if callable(close):
+        close()
+
+
+def _could_not_open(source, error: str) -> str:
+    """One message that names the file once (the engine's errors often name it already)."""
+    return f"could not open the model: {error}" if str(source) in error else f"could not open {source}: {error}"
 
 
 class WorkerThread:
@@ -269,3 +370,4 @@ class WorkerThread:
         if not self.thread.wait(timeout_ms):  # a step in progress finishes first; never kill it midway
             self.thread.terminate()
             self.thread.wait()
+        self.worker.close_own_model()

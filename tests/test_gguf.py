@@ -1,6 +1,7 @@
 """GGUF models in the numpy engine, on tiny files written with gguf.GGUFWriter: layout, cache, bad files."""
 
 import os
+import threading
 import time
 
 import numpy as np
@@ -142,3 +143,88 @@ def test_float32_end_to_end(tiny):
     model = engine.load_model(tiny[0])
     assert all(np.asarray(w).dtype == np.float32 for name, w in gguf_model._flatten(model.weights))
     assert model.logits([5, 6, 7]).dtype == np.float32
+
+
+def _blas_threads_now() -> list[int]:
+    from threadpoolctl import threadpool_info
+
+    return [lib["num_threads"] for lib in threadpool_info() if lib["internal_api"] == "openblas"]
+
+
+def test_decode_and_prompt_run_under_the_chosen_blas_threads_in_any_thread(tiny, monkeypatch):
+    """Checked from inside the forward pass, in the calling thread and in another thread (the window's
+    worker), while a third party has OpenBLAS at 2 threads; the count is put back after each pass."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    if not _blas_threads_now():
+        pytest.skip("numpy's BLAS here is not OpenBLAS")
+    from engine import blas_threads
+
+    model = engine.load_model(tiny[0])
+    ids = model.tokenizer.encode(PROMPT)
+    seen = []
+    real_forward = gguf_model.forward
+
+    def spying_forward(weights, config, ids, *rest, **options):
+        seen.append((len(ids), _blas_threads_now()))
+        return real_forward(weights, config, ids, *rest, **options)
+
+    monkeypatch.setattr(gguf_model, "forward", spying_forward)
+
+    def prompt_then_token():
+        cache = model.new_cache()
+        model.decode(ids, cache, last_only=True)
+        model.decode(ids[:1], cache)
+
+    # threadpoolctl lets only the thread that set a limit first change it again: this one, here
+    with threadpoolctl.threadpool_limits(limits=2, user_api="blas"):
+        prompt_then_token()
+        worker = threading.Thread(target=prompt_then_token)
+        worker.start()
+        worker.join()
+        after = _blas_threads_now()
+    prompt, token = [min(blas_threads.PREFILL_THREADS, 2)], [min(blas_threads.DECODE_THREADS, 2)]  # never raised
+    assert seen == [(len(ids), prompt), (1, token)] * 2
+    assert after == [2] * len(after)  # the caller's own setting is back
+
+
+def test_kv_cache_takes_small_pages_not_huge_ones(tiny):
+    """np.zeros asks for transparent huge pages on large arrays: a real model's first token then cost a
+    2 MB page per (layer, head) of the cache (0.6-0.9 s of kernel time for SmolLM2's, measured)."""
+    from dataclasses import replace
+
+    smaps = "/proc/self/smaps"
+    if not os.path.exists(smaps) or "[never]" in _read("/sys/kernel/mm/transparent_hugepage/enabled"):
+        pytest.skip("no transparent huge pages here")
+    config = replace(engine.load_model(tiny[0]).config, n_layers=30, n_kv_heads=3, head_dim=64)  # SmolLM2's
+    cache = gguf_model.LlamaCache(config, 8192)
+    cache.k[:, :, 0] = 1.0  # the first position of every (layer, head), as the first token writes it
+    mappings = _mappings_over(cache.k.ctypes.data, cache.k.nbytes, smaps)  # madvise may split a mapping
+    if not mappings or any("THPeligible" not in m for m in mappings):
+        pytest.skip("this kernel does not report THPeligible")
+    assert [m["THPeligible"] for m in mappings] == ["0"] * len(mappings)
+    assert sum(int(m["Rss"].split()[0]) for m in mappings) < 4096  # kB: 90 small pages, not 90 huge ones
+    assert cache.k.dtype == np.float32 and not cache.v.any()
+
+
+def _read(path) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def _mappings_over(address: int, size: int, smaps: str) -> list[dict]:
+    """The fields of every mapping in /proc/self/smaps that overlaps [address, address + size)."""
+    mappings, inside = [], False
+    for line in _read(smaps).splitlines():
+        head = line.split()[0]
+        if "-" in head and not head.endswith(":"):
+            start, end = (int(part, 16) for part in head.split("-"))
+            inside = start < address + size and address < end
+            if inside:
+                mappings.append({})
+        elif inside:
+            key, _, value = line.partition(":")
+            mappings[-1][key] = value.strip()
+    return mappings

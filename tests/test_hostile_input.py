@@ -41,8 +41,7 @@ def test_any_settings_either_work_or_raise_value_error(story_model, values):
         return
     for name in SETTING_NAMES:  # stored as plain Python numbers, whatever came in
         assert type(getattr(session.settings, name)) in (int, float, type(None))
-    with np.errstate(all="raise"):  # no "overflow encountered in cast" and the like
-        session.step()
+    session.step()  # numpy's warnings ("overflow encountered in cast") are errors under pytest's config
     assert json.loads(json.dumps(session.trace()))["settings"] == session.settings.to_dict()
 
 
@@ -293,3 +292,100 @@ def test_checkpoint_headers_and_sizes_are_checked_before_use(checkpoint_copy):
     assert checkpoint_copy.stat().st_size < 2 * 2**20
     with pytest.raises(ValueError, match="would inflate to 272,629,760 bytes"):
         engine.load_model(checkpoint_copy)
+
+
+# --- steering calls and trace fields under hypothesis --------------------------------------------------------
+junk_args = st.one_of(
+    junk, st.lists(st.integers(-3, 100), max_size=4), st.lists(st.text(" abcmnorst.", max_size=6), max_size=3),
+    st.text(" abcdemnorst.,", max_size=12), st.sampled_from(["forced", "rule", "tool", "model", "bogus"]),
+    st.lists(junk, max_size=3),
+)  # fmt: skip
+calls = st.lists(st.tuples(
+    st.sampled_from(["step", "force_token", "insert_text", "insert_tokens", "choose", "rewind", "update_settings",
+                     "set_rules"]),
+    junk_args, junk_args,
+), max_size=8)  # fmt: skip
+
+
+def _state(session):
+    return ([s.to_dict() for s in session.steps], list(session.actions), session.text, list(session.ids),
+            session.settings, session.rules, session._forced)  # fmt: skip
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sequence=calls)
+def test_steering_calls_raise_only_value_errors_and_change_nothing_when_they_do(story_model, sequence):
+    session = Session(story_model, FIRST, temperature=1.0, seed=3, max_new_tokens=30)
+    for name, a, b in sequence:
+        before = _state(session)
+        try:
+            if name == "step":
+                session.step()
+            elif name in ("insert_tokens", "choose", "insert_text"):
+                getattr(session, name)(a, b if isinstance(b, str) else "forced")
+            elif name == "update_settings":
+                session.update_settings(**{str(b)[:12]: a} if isinstance(b, str) else {"temperature": a})
+            elif name == "set_rules":
+                session.set_rules([engine.Rule(str(a) or "x", insert=" a")] if isinstance(a, str) else a)
+            else:
+                getattr(session, name)(a)
+        except ValueError:
+            assert _state(session) == before, name
+    trace = session.trace()
+    engine.trace.validate_trace(trace)
+    assert engine.replay(trace, story_model).identical
+
+
+@pytest.fixture(scope="module")
+def rich_trace(story_model):
+    session = Session(story_model, FIRST, temperature=1.0, seed=2, max_new_tokens=14)
+    session.step()
+    session.insert_text(" to the")
+    session.choose([" park", " barn"])
+    session.update_settings(temperature=1.3)
+    session.run()
+    session.rewind(2)
+    session.set_rules([engine.Rule(" has", insert=" the")])
+    session.run()
+    return session.trace()
+
+
+def _paths(value, path=()):
+    yield path
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _paths(item, (*path, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value[:3]):
+            yield from _paths(item, (*path, index))
+
+
+json_junk = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-(10**40), 10**40), st.floats(allow_nan=False), st.text(max_size=4)),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=4), inner, max_size=3)),
+    max_leaves=6,
+)  # fmt: skip
+
+
+@settings(max_examples=700, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_trace_fields_of_any_value_load_and_replay_or_raise_value_errors(story_model, rich_trace, tmp_path, data):
+    trace = json.loads(json.dumps(rich_trace))
+    path = data.draw(st.sampled_from([p for p in _paths(trace) if p]))
+    target = trace
+    for key in path[:-1]:
+        target = target[key]
+    if data.draw(st.booleans()) and isinstance(target, dict):
+        del target[path[-1]]
+    else:
+        target[path[-1]] = data.draw(json_junk)
+    file = tmp_path / "fuzzed.json"
+    file.write_text(json.dumps(trace))
+    try:
+        loaded = engine.load_trace(file)
+    except ValueError:
+        return
+    try:
+        engine.replay(loaded, story_model)
+    except ValueError:
+        pass

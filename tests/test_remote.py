@@ -1,5 +1,6 @@
-"""Models on an inference server (OpenAI-compatible /v1/completions with logprobs), tested against a real
-llama-cpp-python server that the suite starts on loopback with SmolLM2 (tests/conftest.py)."""
+"""Models on an inference server (OpenAI-compatible /v1/completions with logprobs), tested against real
+servers that the suite starts on loopback with SmolLM2 (tests/conftest.py): llama-cpp-python's, and, where
+both take part, llama.cpp's own llama-server (its own tests: tests/test_llama_server.py)."""
 
 import http.server
 import json
@@ -16,6 +17,7 @@ from engine.remote import RemoteModel
 from engine.sampling import softmax
 
 PROMPT = "The capital of France is"
+CHAT = "<|im_start|>user\nName a large animal.<|im_end|>\n<|im_start|>assistant\n"
 
 
 @pytest.fixture(scope="module")
@@ -23,6 +25,21 @@ def server_model(llama_server):
     model = engine.load_model(llama_server)
     yield model
     model.close()
+
+
+@pytest.fixture(scope="module", params=["llama-cpp-python", "llama-server"])
+def each_server(request):
+    """A model on each real server: llama-cpp-python's (text prompts) and llama-server (token-id prompts)."""
+    url = request.getfixturevalue("llama_server" if request.param == "llama-cpp-python" else "llama_cpp_server")
+    model = engine.load_model(url)
+    yield model
+    model.close()
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    """The numpy engine on the same file: an independent tokenizer and reference probabilities."""
+    return engine.load_model("smollm2")
 
 
 def snapshot(session):
@@ -33,7 +50,8 @@ def test_connects_and_detects_what_the_server_supports(server_model, llama_serve
     assert server_model.remote and server_model.url == llama_server
     assert server_model.name.startswith("SmolLM2-135M-Instruct.Q4_1.gguf @ http://127.0.0.1:")
     caps = server_model.capabilities
-    assert caps == {"tokenize": "llama-cpp-python", "token_id_prompts": False, "echo_shifted": True}
+    # its echo is shifted by a position that depends on the prompt (engine/remote.py _find_scoring)
+    assert caps == {"tokenize": "llama-cpp-python", "token_id_prompts": False, "scoring": "per position"}
     assert server_model.tokenizer.encode(PROMPT) == engine.load_model("smollm2").tokenizer.encode(PROMPT)
 
 
@@ -80,6 +98,37 @@ def test_force_insert_and_a_rule_mid_generation(server_model):
     assert forced.model_rank == 0 and forced.probability is None and " Germany" not in forced.candidates.tokens
 
 
+@pytest.mark.parametrize("prompt", [CHAT, PROMPT], ids=["chat", "plain"])
+@pytest.mark.parametrize("inserted", [" whale", " The blue", " The blue whale is the largest animal"])
+def test_inserted_text_keeps_every_token_with_its_own_text(each_server, smollm2, prompt, inserted):
+    """Inserted after the prompt and again after generated tokens: each step is its id's own text, the text is
+    the prompt plus every step, and each probability the server reports is the model's for that token there
+    (against the numpy engine on the same file; llama.cpp's 8-bit activations stay within 0.15)."""
+    session = Session(each_server, prompt, max_new_tokens=20, temperature=0)
+    first = session.insert_text(inserted)
+    session.step(), session.step()
+    second = session.insert_text(inserted)
+    expected_ids = smollm2.tokenizer.encode(inserted)
+    for steps in (first, second):
+        assert [s.token_id for s in steps] == expected_ids
+        assert [s.token for s in steps] == [smollm2.tokenizer.decode([i]) for i in expected_ids]
+        assert all(s.source == "forced" for s in steps)
+    assert session.text == prompt + "".join(s.token for s in session.steps)
+    assert session.text.startswith(prompt + inserted) and session.text.endswith(inserted)
+    assert session.ids == smollm2.tokenizer.encode(session.text)
+    insert = {"kind": "insert", "token_ids": expected_ids, "source": "forced"}
+    assert session.actions[0] == session.actions[-1] == insert and {"kind": "sample"} in session.actions
+    rows = [softmax(row) for row in smollm2.logits(session.ids)[len(session.prompt_ids) - 1 : -1]]  # row i: step i's
+    for step, row in zip(session.steps, rows):
+        assert (step.probability is None) == (step.model_rank == 0)  # unknown exactly when outside the top 20
+        if step.probability is not None:
+            assert abs(step.probability - float(row[step.token_id])) < 0.15, (step.token, step.probability)
+        assert list(step.candidates.raw) == sorted(step.candidates.raw, reverse=True) and len(step.candidates.raw) == 20
+    if prompt == CHAT and inserted.startswith(" The blue whale"):  # the issue's case: " whale" after " The blue"
+        whale = first[2]
+        assert whale.token == " whale" and whale.model_rank == 1 and whale.probability > 0.5
+
+
 def test_rewind_then_replay_of_an_exported_trace(server_model, tmp_path):
     session = Session(server_model, PROMPT, max_new_tokens=12, temperature=0.8, seed=11)
     session.stream_generation = True
@@ -91,6 +140,7 @@ def test_rewind_then_replay_of_an_exported_trace(server_model, tmp_path):
     session.run()
     trace = session.trace()
     assert trace["model"]["url"] == server_model.root and trace["model"]["prompt_format"] == "text"
+    assert trace["model"]["scoring"].startswith("one request per position")
     path = tmp_path / "remote.json"
     engine.save_trace(trace, path)
     report = engine.replay(engine.load_trace(path), server_model)
@@ -148,6 +198,16 @@ def free_port():
         return s.getsockname()[1]
 
 
+BAD_LOGPROBS = {  # logprobs a server might send that this client must refuse with a ValueError
+    "content without text": {"content": [{"id": 1, "logprob": -0.1, "top_logprobs": [{"id": 1, "logprob": -0.1}]}]},
+    "content not a list": {"content": 7},
+    "top as a string": {"tokens": [" a"], "token_logprobs": [-0.1], "top_logprobs": ["a"]},
+    "logprob as text": {"tokens": [" a"], "token_logprobs": ["-0.1"], "top_logprobs": [{" a": "-0.1"}]},
+    "positive logprob": {"content": [{"id": 1, "token": " a", "logprob": 2.5, "top_logprobs": []}]},
+    "bytes out of range": {"content": [{"id": 1, "token": " a", "bytes": [300], "logprob": -1, "top_logprobs": []}]},
+}
+
+
 class _Handler(http.server.BaseHTTPRequestHandler):
     behaviour = "garbage"
 
@@ -155,6 +215,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if self.behaviour == "slow":
             time.sleep(2)
         body = b"<html>not an API</html>"
+        if self.behaviour in BAD_LOGPROBS:  # an API whose completions carry logprobs of an unknown shape
+            body = json.dumps(self._api_answer()).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -165,6 +227,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._answer()
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up waiting: that is the test
+
+    def _api_answer(self) -> dict:
+        if self.path.endswith("/models"):
+            return {"data": [{"id": "fake"}]}
+        if self.path.endswith("/tokenize"):
+            return {"tokens": [1, 2]}
+        if self.path.endswith("/detokenize"):
+            return {"content": "Hello"}
+        choice = {"text": " a", "logprobs": BAD_LOGPROBS[self.behaviour]}
+        return {"choices": [choice], "usage": {"completion_tokens": 1}}
 
     do_GET = do_POST = _safe_answer
 
@@ -205,13 +277,20 @@ def test_a_server_that_answers_garbage(fake_server):
         engine.load_model(fake_server("garbage"))
 
 
+@pytest.mark.parametrize("behaviour", sorted(BAD_LOGPROBS))
+def test_logprobs_of_an_unknown_shape_are_refused_clearly(fake_server, behaviour):
+    with pytest.raises(ValueError, match=r"answered logprobs in neither the completions form .* nor the list form"):
+        engine.load_model(fake_server(behaviour))
+
+
 def test_an_unknown_model_name(llama_server):
     with pytest.raises(ValueError, match=r"model 'llama-70b' not found at .* \(it serves: "):
         engine.load_model(llama_server, model_name="llama-70b")
 
 
-def test_a_server_that_goes_away_leaves_the_session_as_it_was(llama_server):
-    model = RemoteModel(llama_server, retries=1)
+@pytest.mark.parametrize("server", ["llama_server", "llama_cpp_server"], ids=["llama-cpp-python", "llama-server"])
+def test_a_server_that_goes_away_leaves_the_session_as_it_was(server, request):
+    model = RemoteModel(request.getfixturevalue(server), retries=1)
     try:
         _server_goes_away(model)
     finally:

@@ -1,12 +1,13 @@
 """The live next-token chart: the top 20 candidates as horizontal bars (token texts on the left, the
 probability at the end of each bar), the chosen one highlighted, and a switch between the stages of the
-sampler chain. The bar item and the labels are created once and updated in place; repaints are
-throttled to at most 60 per second however fast steps arrive."""
+sampler chain. Where a stage puts all probability on one token (greedy decoding), the bars show the raw
+softmax instead, with that token marked, and a note says so. The bar item and the labels are created once
+and updated in place; repaints are throttled to at most 60 per second however fast steps arrive."""
 
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFont, QPalette
-from PySide6.QtWidgets import QButtonGroup, QHBoxLayout, QLabel, QRadioButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QButtonGroup, QGridLayout, QLabel, QRadioButton, QVBoxLayout, QWidget
 
 from engine.steps import TOP_CANDIDATES
 
@@ -14,7 +15,11 @@ STAGES = (("raw", "raw softmax"), ("temperature", "after temperature"), ("top_k"
           ("final", "final"))  # fmt: skip
 FRAME_MS = 16  # at most ~60 repaints per second
 LABEL_SPACE = -0.42  # the x range left of 0 that holds the token labels
+RIGHT_EDGE = 1.2  # room right of a full bar for its value ("1.000") in a narrow chart
 LIVE_FPS = 15  # while tokens stream: a person cannot read faster, and painting competes for the GIL
+EMPTY_HINT = "Press Step (Ctrl+→): the next token's\ncandidates appear here as bars.\nClick a bar to force that token."
+ONE_TOKEN_NOTE = ("This stage puts all probability on one token (greedy at temperature 0): the bars show the "
+                  "model's raw softmax, the token taken in orange.")  # fmt: skip
 
 
 def _percent(p: float) -> str:
@@ -42,12 +47,15 @@ class DistributionChart(QWidget):
         self.source_note = QLabel("")
         self.source_note.setWordWrap(True)
         self.source_note.hide()
+        self.stage_note = QLabel(ONE_TOKEN_NOTE, objectName="chartNote")
+        self.stage_note.setWordWrap(True)
+        self.stage_note.hide()
 
         self.plot = pg.PlotWidget()
         self.plot.setMenuEnabled(False)
         self.plot.setMouseEnabled(x=False, y=False)
         self.plot.hideButtons()
-        self.plot.setXRange(LABEL_SPACE, 1.14, padding=0)
+        self.plot.setXRange(LABEL_SPACE, RIGHT_EDGE, padding=0)
         self.plot.setYRange(-0.6, TOP_CANDIDATES - 0.4, padding=0)
         self.plot.getPlotItem().invertY(True)
         self.plot.setLabel("bottom", "probability")
@@ -65,18 +73,21 @@ class DistributionChart(QWidget):
             for item, items in ((token, self._tokens), (value, self._values)):
                 self.plot.addItem(item)
                 items.append(item)
+        self.empty_hint = pg.TextItem(EMPTY_HINT, anchor=(0.5, 0.5))  # what the chart is for, until it has bars
+        self.empty_hint.setPos((LABEL_SPACE + RIGHT_EDGE) / 2, TOP_CANDIDATES / 2 - 2)
+        self.plot.addItem(self.empty_hint)
         self.plot.scene().sigMouseClicked.connect(self._clicked)
 
         self.stage_buttons = QButtonGroup(self)
-        stage_row = QHBoxLayout()
-        stage_row.addWidget(QLabel("Stage:"))
+        stage_row = QGridLayout()  # two rows of two: the chart can then be narrow
+        stage_row.addWidget(QLabel("Stage:"), 0, 0)
         for index, (key, text) in enumerate(STAGES):
             button = QRadioButton(text)
             button.setObjectName(f"stage_{key}")
             button.setToolTip("show the candidates' probabilities " + text)
             self.stage_buttons.addButton(button, index)
-            stage_row.addWidget(button)
-        stage_row.addStretch(1)
+            stage_row.addWidget(button, index // 2, 1 + index % 2)
+        stage_row.setColumnStretch(3, 1)
         self.stage_buttons.button(len(STAGES) - 1).setChecked(True)
         self.stage_buttons.idClicked.connect(lambda _id: self._mark_dirty())
 
@@ -84,11 +95,13 @@ class DistributionChart(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.title)
         layout.addLayout(stage_row)
+        layout.addWidget(self.stage_note)
         layout.addWidget(self.plot, 1)
         layout.addWidget(self.source_note)
 
         self._candidates = None
         self._chosen = None
+        self._labels = None
         self._title = self.title.text()
         self._dirty = False
         self.repaints = 0  # counted for the throttle's test and bench
@@ -99,9 +112,11 @@ class DistributionChart(QWidget):
         self.apply_palette()
 
     # --- what to show --------------------------------------------------------------------------------
-    def show_candidates(self, candidates, chosen_id: int | None, title: str) -> None:
-        """Show these candidates (an engine.Candidates) at the next frame; chosen_id is highlighted."""
+    def show_candidates(self, candidates, chosen_id: int | None, title: str, labels=None) -> None:
+        """Show these candidates (an engine.Candidates) at the next frame; chosen_id is highlighted. labels:
+        the bars' texts where they differ from the tokens' (a character whose bytes span tokens)."""
         self._candidates, self._chosen, self._title = candidates, chosen_id, title
+        self._labels = tuple(labels) if labels is not None else None
         self._mark_dirty()  # the title too: QLabel.setText re-lays out the window, too dear per step
 
     def clear(self, title: str = "Next-token distribution") -> None:
@@ -118,12 +133,32 @@ class DistributionChart(QWidget):
         """(token, probability) per bar as drawn now, for tests and screenshots."""
         if self._candidates is None:
             return []
-        return list(zip(self._candidates.tokens, self._stage_values(self._candidates)))
+        return list(zip(self._candidates.tokens, self._stage_values(self._candidates)[0]))
 
-    def _stage_values(self, candidates):
-        """The chosen stage's probabilities; a server reports only raw ones (the other stages are empty)."""
+    def labels(self) -> list[str]:
+        """The bars' token texts as drawn (whitespace made visible)."""
+        return [bar_label(token) for token in self._bar_texts()]
+
+    def marked(self) -> list[int]:
+        """The rows drawn in orange (the token taken, or the one a one-token stage would take)."""
+        return [row for row, chosen in enumerate(self._drawn_chosen or []) if chosen]
+
+    def _bar_texts(self) -> tuple[str, ...]:
+        if self._candidates is None:
+            return ()
+        return self._labels if self._labels is not None else self._candidates.tokens
+
+    def _stage_values(self, candidates) -> tuple[tuple, int | None]:
+        """(the probabilities to draw, the token a one-token stage takes or None): the chosen stage's, or
+        the raw softmax where that stage leaves one token (greedy) and a single bar would say nothing. A
+        server reports only raw ones (the other stages are empty)."""
         values = getattr(candidates, self.stage())
-        return values if len(values) == len(candidates.tokens) else candidates.raw
+        if len(values) != len(candidates.tokens):
+            return candidates.raw, None
+        kept = [row for row, p in enumerate(values) if p > 0]
+        if len(kept) == 1 and len(candidates.raw) > 1 and candidates.raw[kept[0]] < 1.0:
+            return candidates.raw, candidates.token_ids[kept[0]]
+        return values, None
 
     def flush(self) -> None:
         """Repaint now if anything changed (tests call this instead of waiting a frame)."""
@@ -137,6 +172,7 @@ class DistributionChart(QWidget):
         for axis in ("left", "bottom"):
             self.plot.getAxis(axis).setPen(text)
             self.plot.getAxis(axis).setTextPen(text)
+        self.empty_hint.setColor(palette.color(QPalette.ColorRole.PlaceholderText))
         mono = QFont("DejaVu Sans Mono")
         mono.setPointSize(10)
         for label in self._tokens:
@@ -166,10 +202,16 @@ class DistributionChart(QWidget):
         if self.title.text() != self._title:
             self.title.setText(self._title)
         candidates = self._candidates
-        tokens = candidates.tokens if candidates is not None else ()
-        probabilities = list(self._stage_values(candidates)) if candidates is not None else []
+        tokens = self._bar_texts()
+        values, only = self._stage_values(candidates) if candidates is not None else ((), None)
+        probabilities = list(values)
         rows = len(probabilities)
-        chosen = [token_id == self._chosen for token_id in candidates.token_ids] if candidates is not None else []
+        if self.stage_note.isHidden() != (only is None):
+            self.stage_note.setVisible(only is not None)
+        if self.empty_hint.isVisible() != (candidates is None):
+            self.empty_hint.setVisible(candidates is None)
+        marked = self._chosen if self._chosen is not None else only
+        chosen = [token_id == marked for token_id in candidates.token_ids] if candidates is not None else []
         chosen += [False] * (TOP_CANDIDATES - rows)
         if chosen != self._drawn_chosen:
             self._bars.setOpts(brushes=[self._chosen_brush if c else self._bar_brush for c in chosen])

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (
 
 MAX_SEED = 2**31 - 1
 MAX_TEMPERATURE = 5.0
+ERROR_COLOR, WARNING_COLOR = "#e74c3c", "#d68910"
 
 
 class PromptEdit(QPlainTextEdit):
@@ -24,7 +25,7 @@ class PromptEdit(QPlainTextEdit):
         self.setMinimumHeight(60)
         self.setMaximumHeight(140)
 
-    def mark_error(self, position: int | None) -> None:
+    def mark_error(self, position: int | None, color: str = ERROR_COLOR) -> None:
         """Underline the character at `position` (None clears the mark)."""
         selections = []
         if position is not None:
@@ -34,8 +35,10 @@ class PromptEdit(QPlainTextEdit):
             cursor.setPosition(min(position + 1, len(self.toPlainText())), QTextCursor.MoveMode.KeepAnchor)
             selection.cursor = cursor
             selection.format.setUnderlineStyle(QTextCharFormat.UnderlineStyle.WaveUnderline)
-            selection.format.setUnderlineColor(QColor("#e74c3c"))
-            selection.format.setBackground(QColor(231, 76, 60, 70))
+            mark = QColor(color)
+            selection.format.setUnderlineColor(mark)
+            mark.setAlpha(70)
+            selection.format.setBackground(mark)
             selections.append(selection)
         self.setExtraSelections(selections)
 
@@ -62,7 +65,7 @@ class Controls(QWidget):
         self.prompt_error = QLabel("")
         self.prompt_error.setObjectName("promptError")
         self.prompt_error.setWordWrap(True)
-        self.prompt_error.setStyleSheet("color: #e74c3c;")
+        self.prompt_error.setStyleSheet(f"color: {ERROR_COLOR};")
         self.prompt_error.hide()
 
         self.temperature_slider = QSlider(Qt.Orientation.Horizontal)
@@ -190,9 +193,12 @@ class Controls(QWidget):
         self.chat_format.setEnabled(has_chat_template)
         self.chat_format.setChecked(has_chat_template)
 
-    def show_prompt_error(self, message: str | None, position: int | None = None) -> None:
-        self.prompt.mark_error(position)
+    def show_prompt_error(self, message: str | None, position: int | None = None, warning: bool = False) -> None:
+        """A message under the prompt, the character it is about marked; a warning (amber) allows Generate."""
+        color = WARNING_COLOR if warning else ERROR_COLOR
+        self.prompt.mark_error(position, color)
         self.prompt_error.setText(message or "")
+        self.prompt_error.setStyleSheet(f"color: {color};")
         self.prompt_error.setVisible(bool(message))
 
     def set_running(self, running: bool, can_start: bool) -> None:

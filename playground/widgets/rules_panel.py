@@ -1,32 +1,57 @@
 """The rules panel: trigger rules as rows of a table (when the text ends with ... -> insert text, choose
 among options, or run a command). Running a command needs the "Allow commands" box, which is off by
-default and which nothing but a person's click turns on (opening a trace never does)."""
+default and which nothing but a person's click turns on (opening a trace never does). Leading and trailing
+spaces, which decide what a trigger matches, show as · in the cells. Any edit emits rulesChanged."""
 
+import re
 import shlex
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
-    QAbstractItemView, QCheckBox, QComboBox, QHBoxLayout, QHeaderView, QLabel, QPushButton, QTableWidget,
-    QTableWidgetItem, QVBoxLayout, QWidget,
+    QAbstractItemView, QCheckBox, QComboBox, QHBoxLayout, QHeaderView, QLabel, QPushButton, QStyledItemDelegate,
+    QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
 )  # fmt: skip
 
 import engine
 
 ACTIONS = (("insert", "insert"), ("choose", "choose"), ("command", "command"))
 WHEN, REGEX, ACTION, VALUE = range(4)
+HEADERS = ("Ends with", "Regex", "Action", "Value")
+_EDGE_SPACES = re.compile(r"^ +| +$")
+
+
+def visible_spaces(text: str) -> str:
+    """Leading and trailing spaces (of the text, and of each | option) as ·, the token view's sign for one."""
+    return "|".join(_EDGE_SPACES.sub(lambda m: "·" * len(m.group()), part) for part in text.split("|"))
+
+
+class SpacesDelegate(QStyledItemDelegate):
+    """Shows a cell's edge spaces as ·; the editor and the rule keep the real text."""
+
+    def displayText(self, value, locale) -> str:
+        return visible_spaces(str(value))
 
 
 class RulesPanel(QWidget):
+    rulesChanged = Signal()
+
     def __init__(self, parent=None):
         super().__init__(parent)
         self.setObjectName("rulesPanel")
         self.table = QTableWidget(0, 4)
         self.table.setObjectName("rulesTable")
-        self.table.setHorizontalHeaderLabels(["When text ends with", "Regex", "Action", "Value"])
+        self.table.setHorizontalHeaderLabels(list(HEADERS))
+        self.table.horizontalHeaderItem(WHEN).setToolTip(
+            "when the text ends with this (with Regex: when a match of it ends at the end of the text)")
         self.table.horizontalHeaderItem(VALUE).setToolTip(
             "insert: the text; choose: options separated by | (e.g. ' passed| failed'); command: a program and its arguments"
         )
+        self._spaces = SpacesDelegate(self.table)
+        for column in (WHEN, VALUE):
+            self.table.setItemDelegateForColumn(column, self._spaces)
+        self._made: dict[tuple, engine.Rule] = {}  # the same row gives the same Rule (a command's tool too)
         header = self.table.horizontalHeader()
+        header.setMinimumSectionSize(header.fontMetrics().horizontalAdvance(HEADERS[WHEN]) + 24)
         header.setSectionResizeMode(WHEN, QHeaderView.ResizeMode.Stretch)
         header.setSectionResizeMode(REGEX, QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(ACTION, QHeaderView.ResizeMode.ResizeToContents)
@@ -39,6 +64,8 @@ class RulesPanel(QWidget):
         self.allow_commands.setToolTip("Let 'run command' rules run programs (off by default; a trace never turns it on)")
         self.add_button.clicked.connect(lambda: self.add_rule())
         self.remove_button.clicked.connect(self._remove_selected)
+        self.table.itemChanged.connect(lambda _item: self.rulesChanged.emit())
+        self.allow_commands.toggled.connect(lambda _on: self.rulesChanged.emit())
 
         buttons = QHBoxLayout()
         buttons.addWidget(QLabel("Rules"))
@@ -53,23 +80,27 @@ class RulesPanel(QWidget):
 
     def add_rule(self, when: str = "", action: str = "insert", value: str = "", regex: bool = False) -> int:
         row = self.table.rowCount()
-        self.table.insertRow(row)
-        self.table.setItem(row, WHEN, QTableWidgetItem(when))
         check = QTableWidgetItem()
         check.setFlags(Qt.ItemFlag.ItemIsUserCheckable | Qt.ItemFlag.ItemIsEnabled)
         check.setCheckState(Qt.CheckState.Checked if regex else Qt.CheckState.Unchecked)
-        self.table.setItem(row, REGEX, check)
         combo = QComboBox()
         for key, text in ACTIONS:
             combo.addItem(text, key)
         combo.setCurrentIndex([k for k, _ in ACTIONS].index(action))
-        self.table.setCellWidget(row, ACTION, combo)
-        self.table.setItem(row, VALUE, QTableWidgetItem(value))
+        combo.currentIndexChanged.connect(lambda _index: self.rulesChanged.emit())
+        with _quiet(self.table):  # one rulesChanged for the whole row
+            self.table.insertRow(row)
+            self.table.setItem(row, WHEN, QTableWidgetItem(when))
+            self.table.setItem(row, REGEX, check)
+            self.table.setCellWidget(row, ACTION, combo)
+            self.table.setItem(row, VALUE, QTableWidgetItem(value))
+        self.rulesChanged.emit()
         return row
 
     def _remove_selected(self) -> None:
         for row in sorted({index.row() for index in self.table.selectedIndexes()}, reverse=True):
             self.table.removeRow(row)
+        self.rulesChanged.emit()
 
     def rules(self, tokenizer=None) -> list[engine.Rule]:
         """The table as engine rules; raises ValueError naming the row that is wrong (with a tokenizer,
@@ -82,20 +113,42 @@ class RulesPanel(QWidget):
             action = self.table.cellWidget(row, ACTION).currentData()
             if not when and not value:
                 continue  # an empty row being filled in
+            if action == "command" and not self.allow_commands.isChecked():
+                continue
             try:
-                if action == "insert":
-                    rules.append(engine.Rule(when, insert=value, regex=regex))
-                    _check_text(tokenizer, [value])
-                elif action == "choose":
-                    options = value.split("|")
-                    rules.append(engine.Rule(when, choose=options, regex=regex))
-                    _check_text(tokenizer, options)
-                elif self.allow_commands.isChecked():
-                    argv = shlex.split(value)
-                    rules.append(engine.Rule(when, tool=engine.CommandTool(argv, name=value), regex=regex))
+                rules.append(self._rule(when, regex, action, value, tokenizer))
             except ValueError as error:
                 raise ValueError(f"rule {row + 1}: {error}") from None
         return rules
+
+    def _rule(self, when: str, regex: bool, action: str, value: str, tokenizer) -> engine.Rule:
+        key = (when, regex, action, value)
+        if action == "insert":
+            _check_text(tokenizer, [value])
+        elif action == "choose":
+            _check_text(tokenizer, value.split("|"))
+        if key not in self._made:
+            if action == "insert":
+                self._made[key] = engine.Rule(when, insert=value, regex=regex)
+            elif action == "choose":
+                self._made[key] = engine.Rule(when, choose=value.split("|"), regex=regex)
+            else:
+                argv = shlex.split(value)
+                self._made[key] = engine.Rule(when, tool=engine.CommandTool(argv, name=value), regex=regex)
+        return self._made[key]
+
+
+class _quiet:
+    """Block a widget's signals for a few changes that are reported once, together."""
+
+    def __init__(self, widget):
+        self.widget = widget
+
+    def __enter__(self):
+        self.blocked = self.widget.blockSignals(True)
+
+    def __exit__(self, *exc):
+        self.widget.blockSignals(self.blocked)
 
 
 def _check_text(tokenizer, texts) -> None:

@@ -1,6 +1,7 @@
 """The token view: the prompt in plain text, then every step's token on a background colored by its
-probability; forced, rule and tool tokens underlined in their own color. Hover a token for its numbers,
-click it to select its step. Appending writes at the end of the document inside one edit block per
+probability, every other token a shade deeper so each token's extent shows; forced, rule and tool tokens
+bold and underlined in their own color. A character whose bytes span several tokens shows once complete
+(see playground/token_text.py). Hover a token for its numbers, click it to select its step. Appending writes at the end of the document inside one edit block per
 batch, so a token costs the same at token 10 and at token 10,000."""
 
 import bisect
@@ -10,21 +11,31 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor, QFont, QTextCharFormat, QTextCursor, QTextFormat
 from PySide6.QtWidgets import QPlainTextEdit, QTextEdit, QToolTip
 
+from ..token_text import REPLACEMENT, candidate_label, incomplete_tail, pending_label, split_chars
+
 # Qt lays out the whole paragraph that text is appended to; a paragraph that grows without end would make
 # each token dearer than the last. Past this many characters the view starts a new paragraph at the next
 # word (a line break that only the view shows: text() and traces keep the model's text).
 MAX_BLOCK_CHARS = 1500
 COLOR_LEVELS = 20
 SOURCE_COLORS = {"forced": "#e67e22", "rule": "#8e44ad", "tool": "#16a085"}  # readable on light and dark
+EMPTY_HINT = ("The model's text appears here, each token on a color from red (unlikely) to green (likely). "
+              "Press Generate (Ctrl+Return) or Step (Ctrl+→).")
+SHADE_ALPHA = (0.30, 0.50)  # alternate tokens: neighbours of similar probability still show where each ends
 SOURCE_LABELS = {"model": "drawn by the model", "forced": "forced by you", "rule": "inserted by a rule",
                  "tool": "inserted by a tool"}  # fmt: skip
 
 
-def probability_color(p: float) -> QColor:
-    """Red (unlikely) through yellow to green (likely), translucent so text stays readable on any palette."""
+def probability_color(p: float, shade: int = 0) -> QColor:
+    """Red (unlikely) through yellow to green (likely), translucent so text stays readable on any palette;
+    shade 1 is the deeper tone every other token gets."""
     color = QColor.fromHsvF(max(0.0, min(1.0, p)) / 3.0, 0.75, 0.95)
-    color.setAlphaF(0.38)
+    color.setAlphaF(SHADE_ALPHA[shade])
     return color
+
+
+def _raw_bytes(token_id: int, token: str) -> bytes:
+    return token.encode("utf-8")
 
 
 def visible(token: str) -> str:
@@ -52,16 +63,24 @@ class TokenView(QPlainTextEdit):
         self.setFont(font)
         self.viewport().setMouseTracking(True)
         self.viewport().setCursor(Qt.CursorShape.PointingHandCursor)
+        self.setPlaceholderText(EMPTY_HINT)
         self._steps = []
         self._starts: list[int] = []  # document position where each step's text starts
         self._text_parts: list[str] = []  # prompt, then each token: the real text, not the display
+        self._pieces: list[str] = []  # what each step shows (a split character: on its first token)
+        self._pending_from: int | None = None  # first step of a character whose last bytes have not come
+        self._token_bytes = _raw_bytes
         self._selected = -1
-        self._formats: dict[tuple[int, str], QTextCharFormat] = {}
+        self._formats: dict[tuple[int, str, int], QTextCharFormat] = {}
+
+    def set_token_bytes(self, token_bytes) -> None:
+        """token_bytes(token_id, token_text) -> the token's own bytes (from the model's tokenizer)."""
+        self._token_bytes = token_bytes
 
     # --- content -------------------------------------------------------------------------------------
     def show_session(self, prompt: str, steps) -> None:
         self.clear()
-        self._steps, self._starts, self._selected = [], [], -1
+        self._steps, self._starts, self._pieces, self._selected, self._pending_from = [], [], [], -1, None
         self._text_parts = [prompt]
         cursor = self._end_cursor()
         cursor.insertText(prompt, QTextCharFormat())
@@ -74,16 +93,59 @@ class TokenView(QPlainTextEdit):
         at_bottom = bar.value() >= bar.maximum() - 4
         cursor = self._end_cursor()
         cursor.beginEditBlock()
-        for step in steps:
+        if self._pending_from is not None or any(REPLACEMENT in step.token for step in steps):
+            steps, pieces = self._split_characters(cursor, steps)
+        else:
+            pieces = [step.token for step in steps]  # whole text: the usual case, and the fast one
+        for step, piece in zip(steps, pieces):
             if cursor.positionInBlock() > MAX_BLOCK_CHARS and step.token[:1] == " ":
                 cursor.insertBlock()  # see MAX_BLOCK_CHARS
             self._starts.append(cursor.position())
             self._steps.append(step)
             self._text_parts.append(step.token)
-            cursor.insertText(visible(step.token), self._format(step))
+            self._pieces.append(piece)
+            cursor.insertText(visible(piece), self._format(step, len(self._steps) % 2))
         cursor.endEditBlock()
         if at_bottom:
             bar.setValue(bar.maximum())
+
+    def _split_characters(self, cursor, steps) -> tuple[list, list[str]]:
+        """Steps to write (from the first one of an incomplete character, which is taken out of the
+        document again) and what each shows, once the bytes of every character are put together."""
+        start = self._pending_from if self._pending_from is not None else len(self._steps)
+        if start < len(self._steps):  # rewrite the tail that held the character's first bytes
+            cursor.setPosition(self._starts[start])
+            cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+            cursor.removeSelectedText()
+            steps = self._steps[start:] + list(steps)
+            del self._steps[start:], self._starts[start:], self._pieces[start:], self._text_parts[start + 1 :]
+        pieces, open_at = split_chars([self._bytes(step) for step in steps])
+        self._pending_from = None if open_at is None else start + open_at
+        return steps, pieces
+
+    def _bytes(self, step) -> bytes:
+        try:
+            return self._token_bytes(step.token_id, step.token)
+        except ValueError:  # an id from another model (an opened trace): its text is all there is
+            return step.token.encode("utf-8")
+
+    def pending_bytes(self, index: int) -> bytes:
+        """The bytes of a character left incomplete just before step `index` (b"" if none)."""
+        return incomplete_tail(b"".join(self._bytes(step) for step in self._steps[max(0, index - 4) : index]))
+
+    def piece(self, index: int) -> str:
+        """What step `index` shows (a split character on its first token, the others empty)."""
+        return self._pieces[index]
+
+    def label(self, pending: bytes, token_id: int, token: str) -> str:
+        """A candidate's text as the chart and the hover show it after the pending bytes."""
+        if not pending and REPLACEMENT not in token:
+            return token
+        try:
+            data = self._token_bytes(token_id, token)
+        except ValueError:
+            data = token.encode("utf-8")
+        return candidate_label(pending, data, token)
 
     def text(self) -> str:
         """The session's text (prompt plus tokens) as the engine has it."""
@@ -91,6 +153,9 @@ class TokenView(QPlainTextEdit):
 
     def steps(self) -> list:
         return list(self._steps)
+
+    def step(self, index: int):
+        return self._steps[index]
 
     def step_count(self) -> int:
         return len(self._steps)
@@ -142,9 +207,12 @@ class TokenView(QPlainTextEdit):
 
     def tooltip_html(self, index: int) -> str:
         step = self._steps[index]
+        pending = self.pending_bytes(index)
+        candidates = step.candidates
         alternatives = "".join(
-            f"<tr><td><code>{html.escape(repr(token))}</code></td><td align=right>{p:.3f}</td></tr>"
-            for token, p in list(zip(step.candidates.tokens, step.candidates.raw))[:5]
+            f"<tr><td><code>{html.escape(repr(self.label(pending, token_id, token)))}</code></td>"
+            f"<td align=right>{p:.3f}</td></tr>"
+            for token_id, token, p in list(zip(candidates.token_ids, candidates.tokens, candidates.raw))[:5]
         )
         if step.probability is None:
             numbers = "probability unknown: outside the server's top 20"
@@ -152,9 +220,31 @@ class TokenView(QPlainTextEdit):
             rank = f"rank {step.model_rank}" if step.model_rank else "rank unknown"
             numbers = f"probability {step.probability:.4f} &nbsp; model {step.model_probability:.4f}, {rank}"
         return (
-            f"<b>step {index + 1}: <code>{html.escape(repr(step.token))}</code></b> ({SOURCE_LABELS[step.source]})<br>"
+            f"<b>step {index + 1}: <code>{html.escape(repr(self.shown_token(index)))}</code></b> "
+            f"({SOURCE_LABELS[step.source]})<br>{self._bytes_note(index)}"
             f"{numbers}<br>top 5 of the model:<table>{alternatives}</table>"
         )
+
+    def shown_token(self, index: int) -> str:
+        step = self._steps[index]
+        if REPLACEMENT not in step.token:
+            return step.token
+        return self.label(self.pending_bytes(index), step.token_id, step.token)
+
+    def _bytes_note(self, index: int) -> str:
+        """For a token that holds part of a character: its own bytes and the character they make."""
+        step = self._steps[index]
+        if REPLACEMENT not in step.token:
+            return ""
+        first = index
+        while first > 0 and not self._pieces[first]:
+            first -= 1  # the character is shown on the token that holds its first byte
+        last = first
+        while last + 1 < len(self._pieces) and not self._pieces[last + 1]:
+            last += 1
+        together = f"steps {first + 1}-{last + 1} spell {html.escape(repr(self._pieces[first]))}" if last > first else ""
+        return (f"token id {step.token_id}, bytes {html.escape(pending_label(self._bytes(step)))}"
+                f"{'; ' + together if together else ''}<br>")  # fmt: skip
 
     # --- helpers -------------------------------------------------------------------------------------
     def _span(self, index: int) -> tuple[int, int]:
@@ -167,18 +257,25 @@ class TokenView(QPlainTextEdit):
         cursor.movePosition(QTextCursor.MoveOperation.End)
         return cursor
 
-    def _format(self, step) -> QTextCharFormat:
+    def _format(self, step, shade: int = 0) -> QTextCharFormat:
         """The token's character format; probabilities are bucketed in 20ths, so the document holds a few
-        dozen distinct formats however long it grows."""
+        dozen distinct formats however long it grows. Steered tokens keep the text's own color (orange on
+        red could not be read) and get a bold underline in their source's color."""
         known = step.probability is not None  # a server's token outside its top N: no color to give
-        key = (round(step.probability * COLOR_LEVELS) if known else -1, step.source)
+        key = (round(step.probability * COLOR_LEVELS) if known else -1, step.source, shade)
         fmt = self._formats.get(key)
         if fmt is None:
             fmt = self._formats[key] = QTextCharFormat()
-            fmt.setBackground(probability_color(key[0] / COLOR_LEVELS) if known else QColor(128, 128, 128, 60))
+            unknown = QColor(128, 128, 128, 50 + 40 * shade)
+            fmt.setBackground(probability_color(key[0] / COLOR_LEVELS, shade) if known else unknown)
             if step.source != "model":
                 fmt.setUnderlineStyle(QTextCharFormat.UnderlineStyle.SingleUnderline)
                 fmt.setUnderlineColor(QColor(SOURCE_COLORS[step.source]))
                 fmt.setFontWeight(QFont.Weight.Bold)
-                fmt.setForeground(QColor(SOURCE_COLORS[step.source]))
         return fmt
+
+    def format_at(self, index: int) -> QTextCharFormat:
+        """The character format step `index` is drawn with (tests read what a person sees)."""
+        cursor = QTextCursor(self.document())
+        cursor.setPosition(self._starts[index] + 1)
+        return cursor.charFormat()
