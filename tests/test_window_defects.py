@@ -5,28 +5,13 @@ import logging
 import time
 
 import pytest
-from PySide6.QtCore import QSettings, Qt
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QLabel, QPushButton
 
 import engine
 from playground import MainWindow
-from test_window import WAIT, child, click_bar, generate, step, token_point, type_prompt
-
-
-@pytest.fixture
-def prefs(tmp_path):
-    return QSettings(str(tmp_path / "prefs.ini"), QSettings.Format.IniFormat)
-
-
-@pytest.fixture
-def window(qtbot, story_model, prefs):
-    win = MainWindow(model=story_model, settings=prefs)
-    qtbot.addWidget(win)
-    win.show()
-    qtbot.waitExposed(win)
-    yield win
-    win.close()
+from test_window import WAIT, child, click_bar, generate, prefs, step, token_point, type_prompt, window  # noqa: F401 - fixtures
 
 
 def press(qtbot, win, name):
