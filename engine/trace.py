@@ -111,6 +111,7 @@ def validate_trace(trace) -> None:
     _check_rules("trace field 'rules'", trace["rules"])
     for index, action in enumerate(trace["actions"]):
         _check_action(index, action)
+    _check_counts(trace)
     for index, step in enumerate(trace["steps"]):
         try:
             Step.from_dict(step)
@@ -151,6 +152,17 @@ def _check_action(index, action) -> None:
             raise ValueError(f"{where}: settings: {error}") from None
 
 
+def _check_counts(trace: dict) -> None:
+    """Counts are bounded by what the trace itself shows: every token a stream gave is either among the
+    steps or was rewound, so a claim of 10**30 is refused here rather than run (replay also stops at the
+    session's own limits: the context, the end of the text, a rewind of more steps than there are)."""
+    streamed = sum(a["n"] for a in trace["actions"] if a["kind"] == "stream")
+    rewound = sum(a["n"] for a in trace["actions"] if a["kind"] == "rewind")
+    if streamed > len(trace["steps"]) + rewound:
+        raise ValueError(f"trace field 'actions': its streams claim {streamed} tokens, more than the "
+                         f"{len(trace['steps'])} steps and {rewound} rewound tokens it holds")
+
+
 def _check_rules(where: str, rules) -> None:
     if not isinstance(rules, list):
         raise ValueError(f"{where} must be a list of rule descriptions")
@@ -170,6 +182,8 @@ class ReplayReport:
         if self.identical:
             return f"identical: all {self.steps} steps replayed bit for bit"
         d = self.first_difference
+        if d is None:  # every step agreed, but an action could not be replayed
+            return next(note for note in self.notes if note.startswith("replay stopped"))
         token = d["token"]
         tokens = f"{token[0]!r}" if token[0] == token[1] else f"recorded {token[0]!r}, replayed {token[1]!r}"
         return (f"differs at step {d['step']} ({tokens}), {d['field']}: "
@@ -204,12 +218,17 @@ def replay_session(trace: dict, model):
     if session.prompt_ids != trace["prompt_token_ids"]:
         difference = {"step": 0, "field": "prompt_token_ids", "recorded": trace["prompt"], "replayed": trace["prompt"]}
         return session, ReplayReport(False, 0, difference, tuple(notes))
-    try:
-        for action in trace["actions"]:
+    stopped = None
+    for index, action in enumerate(trace["actions"]):
+        try:
             _perform(session, action)
-    except ValueError as error:
-        notes.append(f"replay stopped: {error}")
+        except ValueError as error:
+            stopped = f"replay stopped at action {index} ({action['kind']}): {error}"
+            notes.append(stopped)
+            break
     report = _compare(trace["steps"], [step.to_dict() for step in session.steps], notes)
+    if stopped and report.identical:  # the steps agree, but the trace holds an action this model refuses
+        report = ReplayReport(False, report.steps, None, tuple(notes))
     if getattr(model, "remote", False) and not report.identical:
         notes.append("the server sampled this replay; inference servers do not always promise the same "
                      "tokens for the same seed (batching, prefix caches, threads)")  # fmt: skip

@@ -282,15 +282,18 @@ class Controller(QObject):
         self.trace_viewed = trace
         steps = [engine.Step.from_dict(s) for s in trace["steps"]]
         self.window.controls.prompt.setPlainText(trace["prompt"])
-        self.window.controls.set_settings(trace["settings"])
+        not_shown = self.window.controls.set_settings(trace["settings"])
         if trace["model"]["weights_sha256"] != self.model.weights_sha256:
             self.window.token_view.set_token_bytes(_raw_bytes)  # its ids are another tokenizer's
         self.window.token_view.show_session(trace["prompt"], steps)
         self.window.chart.clear("Trace: click a token to see its distribution")
         self.window.stop_reason.setText(f"Trace stopped: {STOP_TEXT.get(trace['stopped'], trace['stopped'])}")
         self.window.replay_action.setEnabled(True)
-        self._set_status(f"Viewing a trace of {len(steps)} steps recorded with {trace['model']['name']}. "
-                         "Replay checks it against the model.")  # fmt: skip
+        status = f"Viewing a trace of {len(steps)} steps recorded with {trace['model']['name']}. Replay checks it against the model."
+        if not_shown:  # the controls keep to this model's ranges; Replay uses the trace's own settings
+            status += (f" The controls cannot show all of its settings ({'; '.join(not_shown)}): Replay uses the "
+                       "trace's own, Generate what the controls show.")  # fmt: skip
+        self._set_status(status)
 
     def replay(self) -> None:
         if self.trace_viewed is not None and not self.running and self._replaying is None:

@@ -155,7 +155,7 @@ class MainWindow(QMainWindow):
         if path:
             try:
                 self.open_trace(path)
-            except ValueError as error:
+            except (ValueError, OSError) as error:
                 QMessageBox.warning(self, "Open trace", str(error))
 
     # --- remembered across launches ----------------------------------------------------------------------
@@ -163,11 +163,11 @@ class MainWindow(QMainWindow):
         default = DEFAULT_PROMPT if self.model.name == "story model" else "What is the capital of France?"
         self.controls.prompt.setPlainText(str(self.prefs.value(f"prompt/{self.model.name}", default)))
         defaults = {"max_new_tokens": min(60, self.model.context_length), "temperature": 0.0, "seed": 0}
-        try:
-            saved = json.loads(str(self.prefs.value("settings", "")))
-        except json.JSONDecodeError:
-            saved = None
-        self.controls.set_settings(saved if isinstance(saved, dict) else defaults)
+        try:  # prefs are a file a person can edit: only settings the engine accepts are shown
+            saved = engine.Settings(**json.loads(str(self.prefs.value("settings", "")))).to_dict()
+        except (ValueError, TypeError, RecursionError):
+            saved = defaults
+        self.controls.set_settings(saved)
         self.chart.set_stage(str(self.prefs.value("stage", "final")))
 
     def remember(self) -> None:

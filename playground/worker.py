@@ -367,7 +367,13 @@ class WorkerThread:
             return
         self.worker.request_stop()
         self.thread.quit()
-        if not self.thread.wait(timeout_ms):  # a step in progress finishes first; never kill it midway
-            self.thread.terminate()
-            self.thread.wait()
+        deadline = time.monotonic() + timeout_ms / 1000
+        while not self.thread.wait(20):  # a step in progress finishes first; never kill it midway
+            # ...but a command a rule runs would hold that step for its whole timeout: end it (and any a
+            # rule starts after this), so closing takes milliseconds.
+            engine.CommandTool.end_all()
+            if time.monotonic() > deadline:
+                self.thread.terminate()
+                self.thread.wait()
+                break
         self.worker.close_own_model()

@@ -1,6 +1,7 @@
 """The real window, offscreen, driven with pytest-qt: what a person would do and see."""
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -332,6 +333,46 @@ CLOSE_DURING_GENERATION = textwrap.dedent("""
     print("was generating:", seen.get("closed"))
     sys.exit(code)
 """)
+
+
+CLOSE_WHILE_A_COMMAND_RUNS = textwrap.dedent("""
+    import os, sys, time
+    os.environ["QT_QPA_PLATFORM"] = "offscreen"
+    from PySide6.QtCore import QSettings, QTimer
+    from PySide6.QtWidgets import QApplication
+    app = QApplication([])
+    import engine
+    from playground import MainWindow
+    window = MainWindow(settings=QSettings(sys.argv[1], QSettings.Format.IniFormat))
+    window.rules_panel.allow_commands.setChecked(True)
+    window.rules_panel.add_rule(" the", "command", sys.executable + " -c 'import time; time.sleep(30)'")
+    window.show()
+    seen = {}
+    def close_once_the_command_runs():
+        running = list(engine.CommandTool._running)
+        if running and "pid" not in seen:
+            seen["pid"], seen["closing"] = running[0].pid, time.monotonic()
+            window.close()
+    poll = QTimer()
+    poll.timeout.connect(close_once_the_command_runs)
+    poll.start(5)
+    QTimer.singleShot(100, window.controller.generate)
+    code = app.exec()
+    print("command pid:", seen["pid"], "close took:", time.monotonic() - seen["closing"])
+    sys.exit(code)
+""")
+
+
+def test_closing_while_a_command_rule_runs_ends_it_within_a_second(tmp_path):
+    result = subprocess.run([sys.executable, "-c", CLOSE_WHILE_A_COMMAND_RUNS, str(tmp_path / "p.ini")],
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr and "QThread" not in result.stderr, result.stderr
+    words = result.stdout.split()
+    pid, took = int(words[words.index("pid:") + 1]), float(words[words.index("took:") + 1])
+    assert took < 1.0, f"closing took {took:.2f} s while a command ran"
+    with pytest.raises(ProcessLookupError):  # the command (30 s of sleep) was ended, not left running
+        os.kill(pid, 0)
 
 
 def test_closing_during_generation_exits_cleanly(tmp_path):

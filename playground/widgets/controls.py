@@ -11,8 +11,11 @@ from PySide6.QtWidgets import (
     QPushButton, QSlider, QSpinBox, QTextEdit, QToolButton, QVBoxLayout, QWidget,
 )  # fmt: skip
 
-MAX_SEED = 2**31 - 1
-MAX_TEMPERATURE = 5.0
+from engine.sampling import MAX_SEED, MAX_TEMPERATURE
+
+SLIDER_TEMPERATURE = 5.0  # the slider covers the useful range; the spin box takes the engine's whole range
+SETTING_LABELS = {"max_new_tokens": "max new tokens", "temperature": "temperature", "top_k": "top-k",
+                  "top_p": "top-p", "min_p": "min-p", "seed": "seed"}  # fmt: skip
 ERROR_COLOR, WARNING_COLOR = "#e74c3c", "#d68910"
 
 
@@ -69,12 +72,12 @@ class Controls(QWidget):
         self.prompt_error.hide()
 
         self.temperature_slider = QSlider(Qt.Orientation.Horizontal)
-        self.temperature_slider.setRange(0, int(MAX_TEMPERATURE * 100))
+        self.temperature_slider.setRange(0, int(SLIDER_TEMPERATURE * 100))
         self.temperature = QDoubleSpinBox(objectName="temperatureSpin", decimals=2, singleStep=0.05)
         self.temperature.setRange(0.0, MAX_TEMPERATURE)  # two decimals: 0 (greedy) or >= 0.01
         self.temperature.setSpecialValueText("0 (greedy)")
         self.temperature.setToolTip("0 is greedy; otherwise softmax(scores / T)")
-        self.temperature_slider.valueChanged.connect(lambda v: self.temperature.setValue(v / 100))
+        self.temperature_slider.valueChanged.connect(self._temperature_slid)
         self.temperature.valueChanged.connect(lambda v: self.temperature_slider.setValue(round(v * 100)))
 
         self.top_k = QSpinBox(objectName="topKSpin")
@@ -166,6 +169,11 @@ class Controls(QWidget):
         layout.addLayout(grid)
         layout.addLayout(buttons)
 
+    def _temperature_slid(self, value: int) -> None:
+        # The slider follows the spin box, pinned at its end above 5: only a move of its own sets a value.
+        if min(round(self.temperature.value() * 100), self.temperature_slider.maximum()) != value:
+            self.temperature.setValue(value / 100)
+
     # --- values ----------------------------------------------------------------------------------------
     def settings(self) -> dict:
         """The engine settings the controls show (0 means off for top-k, top-p and min-p)."""
@@ -178,13 +186,19 @@ class Controls(QWidget):
             "seed": self.seed.value(),
         }
 
-    def set_settings(self, settings: dict) -> None:
-        self.max_tokens.setValue(int(settings.get("max_new_tokens") or self.max_tokens.value()))
-        self.temperature.setValue(float(settings.get("temperature") or 0.0))
-        self.top_k.setValue(int(settings.get("top_k") or 0))
-        self.top_p.setValue(float(settings.get("top_p") or 0.0))
-        self.min_p.setValue(float(settings.get("min_p") or 0.0))
-        self.seed.setValue(int(settings.get("seed") or 0))
+    def set_settings(self, settings: dict) -> list[str]:
+        """Show engine settings (validated ones: a trace's, or remembered ones). -> what the controls could
+        not show exactly ("max new tokens 5000 shown as 2048"): a spin box keeps to its range and decimals."""
+        asked = dict(self.settings(), **{k: v for k, v in settings.items() if k in SETTING_LABELS})
+        self.max_tokens.setValue(int(asked["max_new_tokens"]))
+        self.temperature.setValue(float(asked["temperature"] or 0.0))
+        self.top_k.setValue(int(asked["top_k"] or 0))
+        self.top_p.setValue(float(asked["top_p"] or 0.0))
+        self.min_p.setValue(float(asked["min_p"] or 0.0))
+        self.seed.setValue(int(asked["seed"] or 0))
+        shown = self.settings()
+        return [f"{label} {asked[name] or 'off'} shown as {shown[name] or 'off'}"
+                for name, label in SETTING_LABELS.items() if (asked[name] or None) != (shown[name] or None)]  # fmt: skip
 
     def set_model_limits(self, vocab_size: int, context_length: int, has_chat_template: bool) -> None:
         self.top_k.setRange(0, vocab_size)
