@@ -17,11 +17,18 @@ depends on the prompt (see _find_scoring).
 Servers answer logprobs in two forms, both read here: the legacy completions form (tokens, token_logprobs,
 top_logprobs as text -> logprob) and llama-server's list form (content[i] with id, token, bytes, logprob and
 top_logprobs as a list with ids); where a server names token ids, they are kept.
+
+A server that misbehaves is a ValueError naming it and what was wrong, and the session stays as it was: every
+request goes through one helper (_request, or _events for a stream) that reads the answer as it arrives,
+within the model's timeout for the whole answer and under MAX_ANSWER_BYTES, and every answer is checked
+field by field (the section at the end) before any of it is used. Only the server's own finish reason ends
+the text; a cut connection, a missing field or a stream that stops without a reason is a fault.
 """
 
 import json
 import math
 import time
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, replace
 
 import httpx
@@ -31,6 +38,9 @@ from .steps import Candidates, Step
 TOP_N = 20  # alternatives asked for per token
 RETRIES = 3  # connection attempts, with backoff 0.25 s, 0.5 s, ...
 DEFAULT_CONTEXT = 2048  # when the server does not say
+MAX_ANSWER_BYTES = 8 * 2**20  # one answer (a stream: one token's events); a step's answer is a few KB
+MAX_TOKEN_ID = 2**31 - 1  # above any vocabulary: the bound for ids where the server does not say its size
+END_REASONS = ("stop", "length", "eos", "eos_token", "stop_sequence")  # finish reasons that end a text
 
 
 class TopN(dict):
@@ -111,10 +121,14 @@ class RemoteModel:
         self.root = self.url[: -len("/v1")]
         self.timeout = timeout
         self.retries = retries
-        self.client = httpx.Client(timeout=httpx.Timeout(timeout, connect=min(5.0, timeout)))
+        # uncompressed answers: the size cap then counts what is kept (a small compressed body can inflate)
+        self.client = httpx.Client(timeout=httpx.Timeout(timeout, connect=min(5.0, timeout)),
+                                   headers={"Accept-Encoding": "identity"})  # fmt: skip
         self.tokenizer = RemoteTokenizer(self)
         self.vocab_size = None
+        self.id_limit = MAX_TOKEN_ID + 1  # ids the server may name are below this (its vocabulary, where it says)
         self.weights_sha256 = ""  # unknown: a trace records the server and model instead
+        self._requests = 0  # requests sent (but streams): a stream sees whether others came while it waited
         self.capabilities: dict = {}
         try:
             self._connect(model_name)
@@ -124,19 +138,24 @@ class RemoteModel:
 
     # --- connecting: find out once what the server supports ------------------------------------------
     def _connect(self, model_name) -> None:
-        models = [m.get("id") for m in self._get("/models").get("data", []) if isinstance(m, dict)]
+        listed = self._get("/models", check=_models)
+        models = [entry["id"] for entry in listed]
         if not models:
             raise ValueError(f"server at {self.url} lists no models")
         if model_name is None:
             model_name = models[0]
         elif model_name not in models:
             raise ValueError(f"model {model_name!r} not found at {self.url} (it serves: {', '.join(models)})")
+        entry = listed[models.index(model_name)]
         self.model_id = model_name
         self.name = f"{model_name.rsplit('/', 1)[-1]} @ {self.root}"
+        meta = entry.get("meta")
+        if isinstance(meta, dict) and _is_count(meta.get("n_vocab")):  # llama-server names its vocabulary's size
+            self.id_limit = meta["n_vocab"]
         self.capabilities["tokenize"] = self._find_tokenizer()
         self.capabilities["token_id_prompts"] = self._accepts_token_ids()
         self.capabilities.update(self._find_scoring())
-        self.context_length = self._find_context_length()
+        self.context_length = self._find_context_length(entry)
 
     def _find_tokenizer(self) -> str:
         probes = (("llama-server", "/tokenize", {"content": "Hello world"}),
@@ -144,11 +163,10 @@ class RemoteModel:
                   ("llama-cpp-python", "/extras/tokenize", {"input": "Hello world"}))  # fmt: skip
         for kind, path, payload in probes:
             try:
-                answer = self._post(path, payload, root=True)
+                self._post(path, payload, root=True, check=self._token_ids)
+                return kind
             except ValueError:
                 continue
-            if isinstance(answer.get("tokens"), list) and all(isinstance(t, int) for t in answer["tokens"]):
-                return kind
         raise ValueError(f"server at {self.root} has no tokenize endpoint (tried /tokenize and /extras/tokenize)")
 
     def _accepts_token_ids(self) -> bool:
@@ -183,31 +201,39 @@ class RemoteModel:
             return {"scoring": "per position"}  # shifted: llama-cpp-python
         return {"scoring": "echo"}
 
-    def _find_context_length(self) -> int:
-        for path, pick in (("/props", lambda a: a["default_generation_settings"]["n_ctx"]),
-                           ("/v1/models", lambda a: a["data"][0]["max_model_len"])):  # fmt: skip
-            try:
-                return int(pick(self._get(path, root=True)))
-            except (ValueError, KeyError, IndexError, TypeError):
-                continue
-        return DEFAULT_CONTEXT
+    def _find_context_length(self, entry: dict) -> int:
+        """llama-server's /props n_ctx, else vLLM's max_model_len in the model's /v1/models entry."""
+        try:
+            settings = self._get("/props", root=True).get("default_generation_settings")
+        except ValueError:
+            settings = None
+        n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else None
+        return next((n for n in (n_ctx, entry.get("max_model_len")) if _is_count(n)), DEFAULT_CONTEXT)
 
     # --- tokens ----------------------------------------------------------------------------------------
     def tokenize(self, text: str) -> list[int]:
         kind = self.capabilities.get("tokenize", "llama-cpp-python")
         if kind == "llama-server":
-            return self._post("/tokenize", {"content": text, "add_special": False}, root=True)["tokens"]
-        if kind == "vllm":
-            return self._post("/tokenize", {"model": self.model_id, "prompt": text, "add_special_tokens": False}, root=True)["tokens"]
-        return self._post("/extras/tokenize", {"input": text}, root=True)["tokens"]
+            path, payload = "/tokenize", {"content": text, "add_special": False}
+        elif kind == "vllm":
+            path, payload = "/tokenize", {"model": self.model_id, "prompt": text, "add_special_tokens": False}
+        else:
+            path, payload = "/extras/tokenize", {"input": text}
+        return self._post(path, payload, root=True, check=self._token_ids)
 
     def detokenize(self, ids: list[int]) -> str:
         kind = self.capabilities.get("tokenize")
         if kind == "llama-server":
-            return self._post("/detokenize", {"tokens": ids}, root=True)["content"]
-        if kind == "vllm":
-            return self._post("/detokenize", {"model": self.model_id, "tokens": ids}, root=True)["prompt"]
-        return self._post("/extras/detokenize", {"tokens": ids}, root=True)["text"]
+            path, payload, key = "/detokenize", {"tokens": ids}, "content"
+        elif kind == "vllm":
+            path, payload, key = "/detokenize", {"model": self.model_id, "tokens": ids}, "prompt"
+        else:
+            path, payload, key = "/extras/detokenize", {"tokens": ids}, "text"
+        return self._post(path, payload, root=True, check=lambda answer: _string(_at(answer, key), key))
+
+    def _token_ids(self, answer: dict) -> list[int]:
+        tokens = _list(_at(answer, "tokens"), "tokens", "a list of token ids")
+        return [_token_id(t, f"tokens[{i}]", self.id_limit) for i, t in enumerate(tokens)]
 
     # --- completions ------------------------------------------------------------------------------------
     def _prompt(self, ids, text):
@@ -226,32 +252,35 @@ class RemoteModel:
 
     def sample(self, ids, text, settings) -> Token | None:
         """One token drawn by the server; None when the server ends the text instead."""
-        answer = self._complete_raw({"prompt": self._prompt(ids, text), "max_tokens": 1, "logprobs": TOP_N,
-                                     **self.sampling(settings)})  # fmt: skip
-        tokens = self._tokens(answer["choices"][0])
-        return tokens[0] if tokens else None
+        tokens = self._complete({"prompt": self._prompt(ids, text), "max_tokens": 1, "logprobs": TOP_N,
+                                 **self.sampling(settings)})  # fmt: skip
+        return self._looked_up(tokens[0]) if tokens else None
 
     def stream(self, ids, text, settings, max_tokens: int):
-        """Tokens drawn by the server one by one as they arrive; close the generator to stop at once."""
+        """Tokens drawn by the server one by one as they arrive; close the generator to stop at once. A
+        stream that ends without the server's finish reason (a cut connection) is a ValueError."""
         payload = {"model": self.model_id, "prompt": self._prompt(ids, text), "max_tokens": max_tokens,
                    "logprobs": TOP_N, "stream": True, **self.sampling(settings)}  # fmt: skip
-        with self._send("POST", self.url + "/completions", payload, stream=True) as response:
-            for line in response.iter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
+        url, finished, crossed = self.url + "/completions", False, False
+        with closing(self._events(url, payload)) as events:
+            for data in events:
                 if data == "[DONE]":
-                    return
-                try:
-                    chunk = json.loads(data)
-                    choice = chunk["choices"][0]
-                except (json.JSONDecodeError, KeyError, IndexError, TypeError):
-                    raise ValueError(f"server at {self.root} streamed something that is not a completion: {data[:80]!r}") from None
-                tokens = self._tokens(choice)
-                yield from tokens
-                if not tokens and choice.get("finish_reason"):
+                    break
+                chunk = self._json(data, url)
+                tokens, finish = self._checked(lambda answer: _streamed(answer, self.id_limit), chunk, url)
+                finished = finished or finish is not None
+                for token in tokens:
+                    token, asked = self._looked_up(token, ask=False), self._requests
+                    yield token
+                    crossed = crossed or self._requests != asked
+                if not tokens and finish is not None:
                     yield None  # the server ended the text
                     return
+        # a request of ours while the stream waited (a rule that acts mid-stream) ends llama-cpp-python's
+        # stream, with no finish reason: not the server's fault
+        if not finished and not crossed:
+            raise ValueError(f"server at {self.root} ended its stream without a finish reason (expected "
+                             f"{', '.join(END_REASONS)}): the connection was cut or the server failed")  # fmt: skip
 
     def score(self, ids, text, new_ids: list[int]) -> list[Token]:
         """Each new token (after the context), as its id's own text, with its log-probability and the
@@ -288,58 +317,101 @@ class RemoteModel:
 
     def _echo(self, ids, text) -> tuple[list[Token], int]:
         """The echoed entries of a one-token request, and how many of them may be the completion's: servers
-        differ (llama-cpp-python leaves its completion token out or not, depending on its cache)."""
-        answer = self._complete_raw({"prompt": self._prompt(ids, text), "max_tokens": 1, "logprobs": TOP_N,
-                                     "echo": True, "temperature": 0})  # fmt: skip
-        completion = (answer.get("usage") or {}).get("completion_tokens", 1)
-        if isinstance(completion, bool) or not isinstance(completion, int) or completion < 0:
-            raise ValueError(f"server at {self.root} answered usage.completion_tokens {completion!r}, not a count")
-        return self._tokens(answer["choices"][0]), completion
+        differ (llama-cpp-python leaves its completion token out or not, depending on its cache). Where the
+        prompt is token ids, the echo must hold every one of them."""
+        prompt = self._prompt(ids, text)
+        asked = len(prompt) if isinstance(prompt, list) else None  # a text prompt: the server tokenizes it
+        payload = {"model": self.model_id, "prompt": prompt, "max_tokens": 1, "logprobs": TOP_N, "echo": True,
+                   "temperature": 0}  # fmt: skip
+        return self._post("/completions", payload, check=lambda answer: _echoed(answer, self.id_limit, asked))
 
     def next_distribution(self, ids, text) -> TopN:
         """The server's top N for the next token (a greedy one-token request; its token is not kept).
         min_tokens 1: where the model would end the text, llama-cpp-python reports nothing for its end token;
         it then draws another and reports the raw distribution, the end token's probability included."""
-        answer = self._complete_raw({"prompt": self._prompt(ids, text), "max_tokens": 1, "logprobs": TOP_N,
-                                     "temperature": 0, "min_tokens": 1})  # fmt: skip
-        tokens = self._tokens(answer["choices"][0])
+        tokens = self._complete({"prompt": self._prompt(ids, text), "max_tokens": 1, "logprobs": TOP_N,
+                                 "temperature": 0, "min_tokens": 1})  # fmt: skip
         return tokens[0].top if tokens else TopN()
 
-    def _complete_raw(self, payload: dict) -> dict:
-        answer = self._post("/completions", {"model": self.model_id, **payload})
+    def _complete(self, payload: dict) -> list[Token]:
+        """A one-token completion's tokens, checked: one, or none where the server ended the text."""
+        return self._post("/completions", {"model": self.model_id, **payload},
+                          check=lambda answer: _completion(answer, self.id_limit, payload["max_tokens"]))  # fmt: skip
+
+    def _looked_up(self, token: Token, ask: bool = True) -> Token:
+        """The token with what make_step asks the server made known now (its id by its text; the text of
+        tokens the server sent as "", by id), so that a failing request fails here, before the session
+        counts a step (ask=False, in a stream: nothing is asked by text, see RemoteTokenizer.token_id)."""
+        for text, _, token_id in (*token.top.entries, (token.text, None, -1 if token.id is None else token.id)):
+            if not text and token_id >= 0:
+                self.tokenizer.piece(token_id)
+        if token.id is None and ask:
+            token = replace(token, id=self.tokenizer.token_id(token.text))
+        return token
+
+    # --- HTTP: every request read within its deadline and the size cap, every fault a ValueError ---------
+    def _get(self, path: str, root: bool = False, check=None):
+        return self._request("GET", path, None, root, check)
+
+    def _post(self, path: str, payload: dict, root: bool = False, check=None):
+        return self._request("POST", path, payload, root, check)
+
+    def _request(self, method: str, path: str, payload, root: bool, check):
+        """One request's answer, a JSON object, read whole within the timeout (for the whole answer, not
+        per read: a server that drips bytes is cut at the deadline) and MAX_ANSWER_BYTES, then passed
+        through `check` (which raises _Malformed for a field it cannot use)."""
+        url = (self.root if root else self.url) + path
+        deadline = time.monotonic() + self.timeout
+        self._requests += 1
+        body = bytearray()
+        with self._open(method, url, payload) as response:
+            for chunk in self._chunks(response):
+                body += chunk
+                self._within(len(body), deadline)
+        answer = self._json(bytes(body), url)
+        return self._checked(check, answer, url) if check else answer
+
+    def _events(self, url: str, payload: dict):
+        """The data of each server-sent event of a streamed answer, as text. A stream is one step's request
+        per token: each event must come within the timeout and MAX_ANSWER_BYTES counted from when the step
+        asks for it (keep-alive comments do not extend it), however long the whole generation runs."""
+        with self._open("POST", url, payload) as response:
+            pending, received, deadline = bytearray(), 0, time.monotonic() + self.timeout
+            for chunk in self._chunks(response):
+                start = len(pending)
+                pending += chunk
+                received += len(chunk)
+                self._within(received, deadline)
+                while (end := pending.find(b"\n", start)) >= 0:
+                    line = bytes(pending[:end]).rstrip(b"\r")
+                    del pending[: end + 1]
+                    start = 0
+                    if line.startswith(b"data:"):
+                        yield line[5:].strip().decode("utf-8", "replace")
+                        received, deadline = len(pending), time.monotonic() + self.timeout
+
+    @contextmanager
+    def _open(self, method: str, url: str, payload):
+        """The response to a request, its status checked, to read in a with-block (closing it ends the
+        server's generation for us)."""
+        response = self._send(method, url, payload)
         try:
-            answer["choices"][0]["logprobs"]
-        except (KeyError, IndexError, TypeError):
-            raise ValueError(f"server at {self.root} answered without completion logprobs: {str(answer)[:120]}") from None
-        return answer
+            if response.status_code >= 400:
+                body = next(self._chunks(response), b"")[:200].decode("utf-8", "replace")
+                raise ValueError(f"server at {self.root} answered {response.status_code} to {url}: {body}")
+            encoding = response.headers.get("content-encoding", "identity").strip().lower()
+            if encoding not in ("", "identity"):
+                raise ValueError(f"server at {self.root} answered {url} compressed ({encoding}), though asked for "
+                                 "an uncompressed answer (Accept-Encoding: identity)")  # fmt: skip
+            yield response
+        finally:
+            response.close()
 
-    def _tokens(self, choice) -> list[Token]:
-        """The tokens of one answer's choice, in either logprobs form; ValueError for anything else."""
-        try:
-            return _tokens(choice)
-        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
-            raise ValueError(
-                f"server at {self.root} answered logprobs in neither the completions form (tokens, token_logprobs, "
-                f"top_logprobs) nor the list form (content[i] with token, logprob, top_logprobs): {str(choice)[:160]}"
-            ) from None
-
-    # --- HTTP with timeouts, retries and readable errors ---------------------------------------------------
-    def _get(self, path: str, root: bool = False) -> dict:
-        return self._json(self._send("GET", (self.root if root else self.url) + path))
-
-    def _post(self, path: str, payload: dict, root: bool = False) -> dict:
-        return self._json(self._send("POST", (self.root if root else self.url) + path, payload))
-
-    def _send(self, method: str, url: str, payload=None, stream: bool = False):
+    def _send(self, method: str, url: str, payload):
         delay = 0.25
         for attempt in range(self.retries):
             try:
-                if stream:
-                    request = self.client.build_request(method, url, json=payload)
-                    response = self.client.send(request, stream=True)
-                else:
-                    response = self.client.request(method, url, json=payload)
-                break
+                return self.client.send(self.client.build_request(method, url, json=payload), stream=True)
             except httpx.ConnectError:
                 if attempt == self.retries - 1:
                     raise ValueError(f"server at {self.root} refused the connection ({self.retries} tries)") from None
@@ -347,22 +419,42 @@ class RemoteModel:
                 delay *= 2
             except httpx.TimeoutException:
                 raise ValueError(f"server at {self.root} did not answer within {self.timeout:g} s") from None
-            except httpx.HTTPError as error:
+            except (httpx.HTTPError, httpx.InvalidURL) as error:
                 raise ValueError(f"server at {self.root} failed: {type(error).__name__}: {error}") from None
-        if response.status_code >= 400:
-            body = response.read().decode("utf-8", "replace") if stream else response.text
-            response.close()
-            raise ValueError(f"server at {self.root} answered {response.status_code} to {url}: {body[:200]}")
-        return _Closing(response) if stream else response
+        raise ValueError(f"server at {self.root} was not asked: retries is {self.retries!r}, expected 1 or more")
 
-    def _json(self, response) -> dict:
+    def _chunks(self, response):
+        """The body as it arrives; httpx's errors (a silence past the timeout, a cut connection) become
+        ValueErrors naming the server."""
         try:
-            data = response.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise ValueError(f"server at {self.root} answered something that is not JSON: {response.text[:80]!r}") from None
+            yield from response.iter_raw()
+        except httpx.TimeoutException:
+            raise ValueError(f"server at {self.root} did not finish answering within {self.timeout:g} s") from None
+        except httpx.HTTPError as error:
+            raise ValueError(f"server at {self.root} broke off its answer: {type(error).__name__}: {error}") from None
+
+    def _within(self, received: int, deadline: float) -> None:
+        if received > MAX_ANSWER_BYTES:
+            raise ValueError(f"server at {self.root} sent more than {MAX_ANSWER_BYTES >> 20} MB in one answer "
+                             "(a step's answer is a few KB): it was cut off there")  # fmt: skip
+        if time.monotonic() > deadline:
+            raise ValueError(f"server at {self.root} did not finish answering within {self.timeout:g} s")
+
+    def _json(self, body, url: str) -> dict:
+        try:
+            data = json.loads(body)
+        except (ValueError, RecursionError):  # not JSON, not UTF-8, an int of 4300+ digits, nested too deep
+            text = body[:80].decode("utf-8", "replace") if isinstance(body, bytes) else body[:80]
+            raise ValueError(f"server at {self.root} answered something that is not JSON: {text!r}") from None
         if not isinstance(data, dict):
-            raise ValueError(f"server at {self.root} answered {type(data).__name__}, not a JSON object")
+            raise ValueError(f"server at {self.root} answered {type(data).__name__}, not a JSON object, to {url}")
         return data
+
+    def _checked(self, check, answer: dict, url: str):
+        try:
+            return check(answer)
+        except _Malformed as bad:
+            raise ValueError(f"server at {self.root} answered {url[len(self.root):]} with {bad}") from None
 
     def close(self) -> None:
         self.client.close()
@@ -419,20 +511,6 @@ def _rank(candidates: Candidates, text: str, token_id: int) -> int:
     return 0
 
 
-class _Closing:
-    """A streamed response usable in a with-block (closing it ends the server's generation for us)."""
-
-    def __init__(self, response):
-        self.response = response
-
-    def __enter__(self):
-        return self.response
-
-    def __exit__(self, *exc):
-        self.response.close()
-        return False
-
-
 def _align(echoed: list[Token], expected: list[str], extra: int) -> int | None:
     """Where `expected` (the prompt's last tokens, by text) sits in an echo that ends with 0 to `extra`
     completion entries; None unless exactly one place fits (a repeated token could fit two)."""
@@ -447,70 +525,182 @@ def _scored(token_id: int, text: str, top: TopN) -> Token:
     return Token(text, top.logprob(token_id, text), top, id=token_id)
 
 
-def _tokens(choice: dict) -> list[Token]:
-    """A choice's tokens, from either logprobs form (KeyError/TypeError/ValueError for anything else)."""
-    logprobs = choice.get("logprobs") or {}
-    if not isinstance(logprobs, dict):
-        raise TypeError("logprobs is not an object")
-    out = _list_form(logprobs["content"]) if "content" in logprobs else _completions_form(logprobs)
+def load_remote(url: str, model_name: str | None = None, timeout: float = 30.0) -> RemoteModel:
+    return RemoteModel(url, model_name=model_name, timeout=timeout)
+
+
+# --- answers, checked field by field before any of them is used ------------------------------------------
+
+
+class _Malformed(Exception):
+    """A field of an answer that is not what was expected; the request turns it into a ValueError that
+    names the server and the request."""
+
+    def __init__(self, field: str, value, expected: str):
+        super().__init__(f"{field} = {value!r:.80}, expected {expected}")
+
+
+class _Missing:
+    def __repr__(self):
+        return "nothing"
+
+
+MISSING = _Missing()
+
+
+def _at(answer, key: str):
+    return answer.get(key, MISSING) if isinstance(answer, dict) else MISSING
+
+
+def _object(value, field: str, expected: str = "a JSON object") -> dict:
+    if not isinstance(value, dict):
+        raise _Malformed(field, value, expected)
+    return value
+
+
+def _list(value, field: str, expected: str) -> list:
+    if not isinstance(value, list):
+        raise _Malformed(field, value, expected)
+    return value
+
+
+def _string(value, field: str) -> str:
+    if not isinstance(value, str):
+        raise _Malformed(field, value, "a string")
+    return value
+
+
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_TOKEN_ID + 1
+
+
+def _token_id(value, field: str, limit: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < limit:
+        raise _Malformed(field, value, f"a token id, an int from 0 to {limit - 1}")
+    return value
+
+
+def _logprob(value, field: str) -> float | None:
+    """A log-probability, or None where the server gave none (an echo's first entry)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not -math.inf < value <= 1e-3:
+        raise _Malformed(field, value, "a log-probability: a finite number <= 0")
+    return float(value)
+
+
+def _models(answer: dict) -> list[dict]:
+    """/v1/models: data, a list of {"id": name, ...}."""
+    data = _list(_at(answer, "data"), "data", "a list of the models served")
+    for i, entry in enumerate(data):
+        _string(_at(_object(entry, f"data[{i}]", "a model: an object with its id"), "id"), f"data[{i}].id")
+    return data
+
+
+def _choice(answer: dict) -> dict:
+    """A completion's first choice, with its text and finish reason checked."""
+    choices = _list(_at(answer, "choices"), "choices", "a list of completions")
+    if not choices:
+        raise _Malformed("choices", choices, "one completion")
+    choice = _object(choices[0], "choices[0]")
+    _string(choice.get("text", ""), "choices[0].text")
+    finish = choice.get("finish_reason")
+    if finish is not None and finish not in END_REASONS:
+        raise _Malformed("choices[0].finish_reason", finish, f"null or one of {', '.join(END_REASONS)}")
+    return choice
+
+
+def _completion(answer: dict, limit: int, asked: int) -> list[Token]:
+    """A completion's tokens: as many as asked, or fewer only where the server says why it stopped."""
+    choice = _choice(answer)
+    tokens = _tokens(choice, limit)
+    if len(tokens) > asked:
+        raise _Malformed("choices[0].logprobs", f"{len(tokens)} tokens", f"at most the {asked} asked for")
+    if len(tokens) < asked and choice.get("finish_reason") is None:
+        raise _Malformed("choices[0].finish_reason", None, f"why it sent {len(tokens)} of the {asked} tokens asked")
+    return tokens
+
+
+def _echoed(answer: dict, limit: int, asked: int | None) -> tuple[list[Token], int]:
+    """An echo's entries and how many of them may be the completion's (usage.completion_tokens, 0 or 1).
+    A prompt of `asked` token ids is echoed whole (a text prompt: the server's tokens, any number)."""
+    tokens = _tokens(_choice(answer), limit)
+    completion = _object(answer.get("usage") or {}, "usage").get("completion_tokens", 1)
+    if isinstance(completion, bool) or not isinstance(completion, int) or completion not in (0, 1):
+        raise _Malformed("usage.completion_tokens", completion, "the completion's token count, 0 or 1")
+    if not tokens or asked is not None and not asked <= len(tokens) <= asked + completion:
+        expected = f"the prompt's {asked} tokens, then up to {completion} more" if asked else "the prompt's tokens"
+        raise _Malformed("choices[0].logprobs", f"{len(tokens)} entries", expected)
+    return tokens, completion
+
+
+def _streamed(answer: dict, limit: int) -> tuple[list[Token], str | None]:
+    """A streamed chunk's tokens and finish reason; a chunk without text may carry no logprobs (the last)."""
+    choice = _choice(answer)
+    if choice.get("logprobs") is None and not choice.get("text"):
+        return [], choice.get("finish_reason")
+    tokens = _tokens(choice, limit)
+    if not tokens and choice.get("text"):
+        raise _Malformed("choices[0].logprobs", choice["logprobs"], f"an entry for its text {choice['text']!r:.40}")
+    return tokens, choice.get("finish_reason")
+
+
+def _tokens(choice: dict, limit: int) -> list[Token]:
+    """A choice's tokens, from either logprobs form, the finish reason on the last."""
+    logprobs = _object(choice.get("logprobs", MISSING), "choices[0].logprobs",
+                       "the tokens' log-probabilities (the request asks for them)")  # fmt: skip
+    if "content" in logprobs:
+        out = _list_form(logprobs["content"], "choices[0].logprobs.content", limit)
+    else:
+        out = _completions_form(logprobs, "choices[0].logprobs")
     if out and choice.get("finish_reason"):
         out[-1] = replace(out[-1], finish=choice["finish_reason"])
     return out
 
 
-def _completions_form(logprobs: dict) -> list[Token]:
+def _completions_form(logprobs: dict, field: str) -> list[Token]:
     """tokens[i], token_logprobs[i], top_logprobs[i] as text -> logprob (None for an echoed first entry)."""
-    texts, values, tops = (logprobs.get(key) or [] for key in ("tokens", "token_logprobs", "top_logprobs"))
+    texts = _list(logprobs.get("tokens", MISSING), f"{field}.tokens", "a list of the tokens' texts")
+    values, tops = (logprobs.get(key, MISSING) for key in ("token_logprobs", "top_logprobs"))
+    for key, value in (("token_logprobs", values), ("top_logprobs", tops)):
+        if not isinstance(value, list) or len(value) != len(texts):
+            raise _Malformed(f"{field}.{key}", value, f"a list with one entry per token ({len(texts)})")
     out = []
-    for i, text in enumerate(texts):
-        top = (tops[i] if i < len(tops) else None) or {}
-        value = values[i] if i < len(values) else None
-        alternatives = TopN((_text(t), _logprob(lp), -1) for t, lp in top.items() if lp is not None)
-        out.append(Token(_text(text), _logprob(value), alternatives))
+    for i, (text, value, top) in enumerate(zip(texts, values, tops)):
+        top = _object(top if top is not None else {}, f"{field}.top_logprobs[{i}]", "an object: text -> logprob")
+        alternatives = [(t, _logprob(lp, f"{field}.top_logprobs[{i}][{t!r}]"), -1) for t, lp in top.items()]
+        out.append(Token(_string(text, f"{field}.tokens[{i}]"), _logprob(value, f"{field}.token_logprobs[{i}]"),
+                         TopN(a for a in alternatives if a[1] is not None)))  # fmt: skip
     return out
 
 
-def _list_form(content: list) -> list[Token]:
+def _list_form(content, field: str, limit: int) -> list[Token]:
     """llama-server's content[i]: {id, token, bytes, logprob, top_logprobs: [{id, token, bytes, logprob}]}
     (the ids where given: OpenAI's chat form names text only)."""
     out = []
-    for entry in content:
-        alternatives = entry.get("top_logprobs") or []
-        top = TopN((_entry_text(a), _logprob(a["logprob"]), _token_id(a["id"]) if "id" in a else -1)
-                   for a in alternatives if a.get("logprob") is not None)  # fmt: skip
-        token_id = _token_id(entry["id"]) if "id" in entry else None
-        out.append(Token(_entry_text(entry), _logprob(entry.get("logprob")), top, id=token_id))
+    for i, entry in enumerate(_list(content, field, "a list of the tokens' entries")):
+        at = f"{field}[{i}]"
+        entry = _object(entry, at)
+        top = []
+        for j, alternative in enumerate(_list(entry.get("top_logprobs") or [], f"{at}.top_logprobs", "a list")):
+            alternative = _object(alternative, f"{at}.top_logprobs[{j}]")
+            top.append(_entry(alternative, f"{at}.top_logprobs[{j}]", limit))
+        text, logprob, token_id = _entry(entry, at, limit)
+        top = TopN(a for a in top if a[1] is not None)
+        out.append(Token(text, logprob, top, id=token_id if "id" in entry else None))
     return out
 
 
-def _entry_text(entry: dict) -> str:
-    """The token's text from its bytes where given (its "token" drops the bytes of a partial UTF-8
-    character), decoded as a tokenizer decodes one token: invalid bytes become U+FFFD."""
+def _entry(entry: dict, field: str, limit: int) -> tuple[str, float | None, int]:
+    """(text, logprob, id or -1) of a list-form entry. Its text comes from its bytes where given (its
+    "token" drops the bytes of a partial UTF-8 character), decoded as a tokenizer decodes one token:
+    invalid bytes become U+FFFD."""
     raw = entry.get("bytes")
-    if isinstance(raw, list):
-        return bytes(raw).decode("utf-8", "replace")
-    return _text(entry["token"])
-
-
-def _text(value) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"token text {value!r} is not a string")
-    return value
-
-
-def _logprob(value) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or value > 1e-3:
-        raise ValueError(f"log-probability {value!r} is not a number <= 0")
-    return float(value)
-
-
-def _token_id(value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"token id {value!r} is not a non-negative int")
-    return value
-
-
-def load_remote(url: str, model_name: str | None = None, timeout: float = 30.0) -> RemoteModel:
-    return RemoteModel(url, model_name=model_name, timeout=timeout)
+    if raw is not None:
+        if not isinstance(raw, list) or not all(type(b) is int and 0 <= b < 256 for b in raw):  # (not bool)
+            raise _Malformed(f"{field}.bytes", raw, "a list of byte values 0 to 255")
+        text = bytes(raw).decode("utf-8", "replace")
+    else:
+        text = _string(entry.get("token", MISSING), f"{field}.token")
+    token_id = _token_id(entry["id"], f"{field}.id", limit) if "id" in entry else -1
+    return text, _logprob(entry.get("logprob"), f"{field}.logprob"), token_id

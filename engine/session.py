@@ -141,23 +141,26 @@ class Session:
             try:
                 token = next(self._stream, None)
             except ValueError:
-                self._stream = None
+                self.interrupt()  # closes the broken stream and asks for the ids it left unknown
                 raise
             if opened:
                 self._log({"kind": "stream", "n": 0})
                 self._stream_action = self.actions[-1]
-            if token is not None:
-                self._stream_action["n"] += 1
-            else:  # the stream ended: the server stopped the text (or ran to max_tokens)
-                self.interrupt()
         else:
-            token = self.model.sample(self.ids, self.text, self.settings)
-            self._log({"kind": "sample"})
+            token = self.model.sample(self.ids, self.text, self.settings)  # a fault raises: nothing logged
         if token is None:  # the server ended the text (or a stream ran out)
+            if self.stream_generation:
+                self.interrupt()
+            else:
+                self._log({"kind": "sample"})
             self._ended_at = len(self.steps)
             return None
         step = self.model.make_step(token, "model", ask=not self.stream_generation)
         self._append_step(step, None)
+        if self.stream_generation:
+            self._stream_action["n"] += 1
+        else:
+            self._log({"kind": "sample"})  # logged once the step exists
         if token.finish == "stop":
             self._ended_at = len(self.steps)
         return self._hand_out()
@@ -414,6 +417,7 @@ class Session:
         return False
 
     def _act(self, rule: Rule) -> bool:
+        self.interrupt()  # a server's open stream would go on from the text as it was before the rule
         room = self.model.context_length - len(self.ids)
         if rule.action == "choose":
             encoded = [self.model.tokenizer.encode(o) for o in rule.choose]
