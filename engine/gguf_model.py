@@ -6,31 +6,35 @@ permutes them so that rotary embeddings rotate pairs of adjacent dimensions), an
 those pairs. Attention is grouped-query; the KV cache is preallocated for the whole context (numpy's
 zero pages cost nothing until a position is used), so no token ever copies the cache.
 
-The first load of a file dequantizes it (with progress) and writes a float32 cache in the user's cache
-directory, keyed by the file's size, mtime and a hash of its header; later loads map that cache (a
-second or less) and never parse the GGUF file again.
+A file's metadata and tensor shapes are checked against each other when it is opened (gguf_checks.py).
+The first load dequantizes it (with progress) and writes a float32 cache in the user's cache directory,
+keyed by the file's size, mtime and a hash of its header; later loads read that cache (a second or less)
+and never parse the GGUF file again. The cache is verified as it is read (sha256 of both its files and of
+its meta.json, which holds the GGUF file's hash that traces record); one that does not verify is rebuilt.
 """
 
 import hashlib
+import io
 import json
 import math
 import mmap
 import os
 import shutil
 import tempfile
+import warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
-from . import blas_threads
+from . import blas_threads, gguf_checks
+from .gguf_checks import NEOX_ROPE, SUPPORTED_ARCHITECTURES  # noqa: F401 - engine.loading imports them from here
 from .gguf_tokenizer import GGUFTokenizer, build_tokenizer
 from .model import checked_ids
 
-CACHE_SCHEMA = "token-playground/gguf-cache/2"
+CACHE_SCHEMA = "token-playground/gguf-cache/3"  # 3: meta.json holds digests of itself and of both files
 HEADER_BYTES = 4 << 20  # the metadata (tokenizer included) sits in the first few MB
-SUPPORTED_ARCHITECTURES = ("llama", "qwen2")
-NEOX_ROPE = ("qwen2",)
 
 
 @dataclass(frozen=True)
@@ -205,78 +209,60 @@ class LlamaModel:
 # --- reading a GGUF file -----------------------------------------------------------------------------
 
 
-def _field(reader, key, default=None):
-    field = reader.fields.get(key)
-    return default if field is None else field.contents()
+class _Metadata:
+    """A GGUF file's metadata values, decoded when asked: a value the gguf package cannot decode is refused
+    by its key (only the keys the engine reads are decoded at all)."""
+
+    def __init__(self, reader):
+        self._fields = reader.fields
+
+    def get(self, key, default=None):
+        field = self._fields.get(key)
+        if field is None:
+            return default
+        try:
+            return field.contents()
+        except Exception as error:  # noqa: BLE001 - whatever the decoder trips on, the file is at fault
+            raise ValueError(f"{key} cannot be read: {type(error).__name__}: {error}") from None
 
 
 def read_gguf(path: Path, progress=None):
-    """-> (config, weights {name: float32 array in our layout}, tokenizer spec, name). ValueError on files
-    that are not GGUF, are cut short, or hold an architecture or quantization this engine cannot run."""
+    """-> (config, weights {name: float32 array in our layout}, tokenizer spec, Hugging Face tokenizer, name).
+    ValueError naming the file (and the key or tensor) on files that are not GGUF, are cut short, hold an
+    architecture or quantization this engine cannot run, or whose metadata and tensor shapes disagree: all
+    of it checked (engine/gguf_checks.py) and the tokenizer built before the bulk is dequantized."""
     import gguf
     from gguf.quants import dequantize
 
     try:
         reader = gguf.GGUFReader(str(path))
-    except (ValueError, IndexError, KeyError, OSError, TypeError) as error:
-        raise ValueError(f"{path} is not a readable GGUF file: {error}") from None
-    arch = _field(reader, "general.architecture")
-    if arch not in SUPPORTED_ARCHITECTURES:
-        raise ValueError(f"{path}: architecture {arch!r} is not supported (supported: {', '.join(SUPPORTED_ARCHITECTURES)})")
-
-    def meta(key, default=None):
-        return _field(reader, f"{arch}.{key}", default)
-
-    n_heads = int(meta("attention.head_count"))
-    d_model = int(meta("embedding_length"))
+    except Exception as error:  # noqa: BLE001 - the gguf package raises many kinds on a damaged file
+        raise ValueError(f"{path} is not a readable GGUF file: {type(error).__name__}: {error}") from None
     tensors = {t.name: t for t in reader.tensors}
-    config = LlamaConfig(
-        architecture=arch,
-        n_layers=int(meta("block_count")),
-        d_model=d_model,
-        n_heads=n_heads,
-        n_kv_heads=int(meta("attention.head_count_kv", n_heads)),
-        head_dim=int(meta("attention.key_length", d_model // n_heads)),
-        d_ff=int(meta("feed_forward_length")),
-        vocab_size=int(tensors["token_embd.weight"].shape[-1]),
-        context_length=int(meta("context_length", 2048)),
-        rope_base=float(meta("rope.freq_base", 10000.0)),
-        rms_eps=float(meta("attention.layer_norm_rms_epsilon", 1e-5)),
-        tied_output="output.weight" not in tensors,
-        qkv_bias="blk.0.attn_q.bias" in tensors,
-        rope_neox=arch in NEOX_ROPE,
-    )
+    try:
+        fields = _Metadata(reader)
+        shapes = {name: tuple(int(n) for n in reversed(t.shape)) for name, t in tensors.items()}
+        config = LlamaConfig(**gguf_checks.config_values(fields, fields.get("general.architecture"), shapes))
+        gguf_checks.check_config(config)
+        gguf_checks.check_tensors(config, shapes)
+        spec = gguf_checks.tokenizer_spec(fields, config.vocab_size)
+        tokenizer = build_tokenizer(spec)
+    except ValueError as error:
+        raise ValueError(f"{path}: {error}") from None
+    needed = gguf_checks.expected_tensors(config)  # anything else in the file is not read
     weights = {}
-    for index, (name, tensor) in enumerate(tensors.items()):
+    for index, name in enumerate(needed):
+        tensor = tensors[name]
         try:
             array = dequantize(tensor.data, tensor.tensor_type).astype(np.float32, copy=False)
         except (NotImplementedError, ValueError) as error:
             raise ValueError(f"{path}: tensor {name} uses {tensor.tensor_type.name}, which cannot be dequantized: {error}") from None
-        expected = tuple(int(n) for n in reversed(tensor.shape))
-        if array.shape != expected:
-            raise ValueError(f"{path}: tensor {name} has {array.size} values, not the {expected} it declares: truncated?")
+        if array.shape != shapes[name]:
+            raise ValueError(f"{path}: tensor {name} has {array.size} values, not the {shapes[name]} it declares: truncated?")
         weights[name] = array
         if progress:
-            progress(index + 1, len(tensors))
-    tokens = _field(reader, "tokenizer.ggml.tokens")
-    if tokens is None:
-        raise ValueError(f"{path} has no tokenizer in its metadata")
-    bos, eos = _field(reader, "tokenizer.ggml.bos_token_id"), _field(reader, "tokenizer.ggml.eos_token_id")
-    spec = {
-        "model": _field(reader, "tokenizer.ggml.model"),
-        "pre": _field(reader, "tokenizer.ggml.pre", "default"),
-        "tokens": list(tokens),
-        "merges": list(_field(reader, "tokenizer.ggml.merges", [])),
-        "token_types": [int(t) for t in _field(reader, "tokenizer.ggml.token_type", [1] * len(tokens))],
-        "bos_id": None if bos is None else int(bos),
-        "eos_id": None if eos is None else int(eos),
-        "eot_id": _field(reader, "tokenizer.ggml.eot_token_id"),
-        "add_bos": bool(_field(reader, "tokenizer.ggml.add_bos_token", False)),
-        "chat_template": _field(reader, "tokenizer.chat_template"),
-    }
-    spec["bos_text"] = tokens[spec["bos_id"]] if spec["bos_id"] is not None and spec["bos_id"] < len(tokens) else ""
-    spec["eos_text"] = tokens[spec["eos_id"]] if spec["eos_id"] is not None and spec["eos_id"] < len(tokens) else ""
-    return config, _our_layout(weights, config), spec, path.stem  # the file's name says which model and quantization
+            progress(index + 1, len(needed))
+    return config, _our_layout(weights, config), spec, tokenizer, path.stem  # the file's name says which model and quantization
 
 
 def _our_layout(raw: dict, config: LlamaConfig) -> dict:
@@ -327,67 +313,209 @@ def _flatten(weights: dict, prefix=""):
             yield prefix + name, value
 
 
+def _cache_index(config: LlamaConfig) -> list[dict]:
+    """Where each array of our layout lies in the cache's weights.npy: a function of the config alone, so a
+    cache's index is checked, not trusted. A tied output is the embeddings again and is not stored."""
+    d, vocab, ff = config.d_model, config.vocab_size, config.d_ff
+    qkv = (config.n_heads + 2 * config.n_kv_heads) * config.head_dim
+    shapes = [("token_embd", [vocab, d]), ("output_norm", [d])] + ([] if config.tied_output else [("output", [d, vocab])])
+    for layer in range(config.n_layers):
+        p = f"blk.{layer}/"
+        shapes += [(p + "attn_norm", [d]), (p + "ffn_norm", [d]), (p + "attn_qkv", [d, qkv]),
+                   (p + "attn_output", [config.n_heads * config.head_dim, d]), (p + "ffn_gate_up", [d, 2 * ff]),
+                   (p + "ffn_down", [ff, d])] + ([(p + "attn_qkv.bias", [qkv])] if config.qkv_bias else [])  # fmt: skip
+    index, offset = [], 0
+    for name, shape in shapes:
+        index.append({"name": name, "offset": offset, "shape": shape})
+        offset += math.prod(shape)
+    return index
+
+
+def _meta_digest(meta: dict) -> str:
+    """The digest of everything in meta.json but the digest itself, in a canonical form (the file digests,
+    the config, the index and the GGUF file's hash that traces record are all covered)."""
+    canonical = json.dumps({k: v for k, v in meta.items() if k != "digest"}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _npy_header(total: int) -> bytes:
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": (total,)})
+    return header.getvalue()
+
+
+def _write_weights(path: Path, weights: dict, index: list[dict]) -> str:
+    """Our layout as one flat float32 .npy file, in the index's order -> the sha256 of the file's bytes."""
+    arrays = dict(_flatten(weights))
+    digest = hashlib.sha256()
+    with open(path, "wb") as f:
+        header = _npy_header(index[-1]["offset"] + math.prod(index[-1]["shape"]))
+        f.write(header)
+        digest.update(header)
+        for entry in index:
+            array = np.ascontiguousarray(arrays[entry["name"]], dtype="<f4")
+            if list(array.shape) != entry["shape"]:
+                raise AssertionError(f"{entry['name']} is {array.shape}, not {entry['shape']}")  # a bug here, not a bad file
+            f.write(array.data)
+            digest.update(array.data)
+    return digest.hexdigest()
+
+
+def _remove(path: Path) -> None:
+    """Whatever is at path: a cache directory, or a file (or link) where one should be."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        path.unlink()
+
+
 def _write_cache(directory: Path, config, weights, spec, tokenizer, name, file_sha256, source="") -> None:
-    """Write into a temporary directory, then rename it into place: a reader sees all of it or none."""
+    """Write into a temporary directory, then rename it into place: a reader sees all of it or none. meta.json
+    holds the sha256 of weights.npy and tokenizer.json and a digest of itself, checked on every read."""
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=directory.name + ".tmp"))
     try:
-        index, offset = [], 0
-        arrays = [(key, np.ascontiguousarray(array)) for key, array in _flatten(weights)
-                  if not (key == "output" and config.tied_output)]  # a tied output is the embeddings again
-        total = sum(a.size for _, a in arrays)
-        flat = np.lib.format.open_memmap(tmp / "weights.npy", mode="w+", dtype=np.float32, shape=(total,))
-        for key, array in arrays:
-            flat[offset : offset + array.size] = array.ravel()
-            index.append({"name": key, "offset": offset, "shape": list(array.shape)})
-            offset += array.size
-        flat.flush()
-        del flat
-        tokenizer.save(str(tmp / "tokenizer.json"))
+        index = _cache_index(config)
+        tokenizer_json = tokenizer.to_str().encode()
+        (tmp / "tokenizer.json").write_bytes(tokenizer_json)
+        files = {"weights.npy": _write_weights(tmp / "weights.npy", weights, index),
+                 "tokenizer.json": hashlib.sha256(tokenizer_json).hexdigest()}  # fmt: skip
         spec_small = {k: v for k, v in spec.items() if k not in ("tokens", "merges", "token_types")}
         spec_small["special_tokens"] = {str(i): spec["tokens"][i] for i, t in enumerate(spec["token_types"]) if t != 1}
         spec_small["token_types"] = list(spec["token_types"])
         meta = {"schema": CACHE_SCHEMA, "config": asdict(config), "index": index, "tokenizer": spec_small,
-                "name": name, "file_sha256": file_sha256, "source": source}  # fmt: skip
+                "name": name, "file_sha256": file_sha256, "source": source, "files": files}  # fmt: skip
+        meta = json.loads(json.dumps(meta))  # the digest is of what a reader will parse back
+        meta["digest"] = _meta_digest(meta)
         (tmp / "meta.json").write_text(json.dumps(meta))
-        if directory.exists():
-            shutil.rmtree(directory)
+        _remove(directory)
         os.replace(tmp, directory)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 
+class CacheRebuiltWarning(UserWarning):
+    """A float32 cache failed its checks (damaged, edited, cut short) and is being rebuilt from the GGUF file."""
+
+
+class _OtherSchema(Exception):
+    """A cache written by another version of the engine: rebuilt without a warning (expected after an update)."""
+
+
+def _cached(directory: Path, notice=None):
+    """The cache's contents when it verifies; otherwise None, after notice(why) (default: a
+    CacheRebuiltWarning) if one was there. Any failure at all means the cache is rebuilt: nothing from a
+    cache is used before it verifies."""
+    if not os.path.lexists(directory):
+        return None
+    try:
+        return _read_cache(directory)
+    except _OtherSchema:
+        return None
+    except Exception as error:  # noqa: BLE001 - whatever is wrong with it, the GGUF file is the truth
+        reason = f"{type(error).__name__}: {error}" if not isinstance(error, ValueError) else str(error)
+        message = f"the float32 cache {directory} is damaged ({reason}); rebuilding it from the GGUF file"
+        if notice is None:
+            warnings.warn(message, CacheRebuiltWarning, stacklevel=4)
+        else:
+            notice(message)
+        return None
+
+
 def _read_cache(directory: Path):
+    """-> (config, weights, tokenizer, spec, name, file_sha256), each part checked against meta.json's
+    digests before use; ValueError (or whatever reading raised) when anything does not verify."""
     from tokenizers import Tokenizer
 
-    meta = json.loads((directory / "meta.json").read_text())
-    if meta.get("schema") != CACHE_SCHEMA:
-        raise ValueError("old cache schema")
+    meta = _verified_meta(directory / "meta.json")
     config = LlamaConfig(**meta["config"])
-    flat = np.load(directory / "weights.npy", mmap_mode="r")
+    gguf_checks.check_config(config)  # the digest says it is what was written; this, that it was sane
+    index = _cache_index(config)
+    if meta["index"] != index:
+        raise ValueError("meta.json's index does not match its config")
+    total = index[-1]["offset"] + math.prod(index[-1]["shape"])
+    flat = _read_weights(directory / "weights.npy", total, meta["files"]["weights.npy"])
     weights: dict = {}
-    for entry in meta["index"]:
+    for entry in index:  # views of one array: one allocation, which numpy gives transparent huge pages
         array = flat[entry["offset"] : entry["offset"] + math.prod(entry["shape"])].reshape(entry["shape"])
-        parts = entry["name"].split("/")
+        *parents, leaf = entry["name"].split("/")
         target = weights
-        for part in parts[:-1]:
+        for part in parents:
             target = target.setdefault(part, {})
-        target[parts[-1]] = array
-    # Copy out of the mapped file: numpy's own large allocations get transparent huge pages, and a
-    # token's pass streams every weight, so fewer TLB misses make decoding measurably faster.
-    weights = _copied(weights)
+        target[leaf] = array
     weights["output"] = weights["token_embd"].T if config.tied_output else weights["output"]
-    spec = meta["tokenizer"]
-    spec["tokens"] = [None] * config.vocab_size  # only the count and the special ones are needed now
-    for index, token in spec.pop("special_tokens").items():
-        spec["tokens"][int(index)] = token
-    tokenizer = GGUFTokenizer(Tokenizer.from_file(str(directory / "tokenizer.json")), spec)
+    spec = _cached_spec(meta["tokenizer"], config.vocab_size)
+    tokenizer_json = _read_verified(directory / "tokenizer.json", meta["files"]["tokenizer.json"])
+    tokenizer = GGUFTokenizer(Tokenizer.from_str(tokenizer_json.decode("utf-8")), spec)
     return config, weights, tokenizer, spec, meta["name"], meta["file_sha256"]
 
 
-def _copied(weights: dict) -> dict:
-    return {k: (_copied(v) if isinstance(v, dict) else np.array(v)) for k, v in weights.items()}
+def _verified_meta(path: Path) -> dict:
+    meta = json.loads(path.read_bytes())
+    if not isinstance(meta, dict):
+        raise ValueError(f"meta.json holds a {type(meta).__name__}, not an object")
+    schema = meta.get("schema")
+    if schema != CACHE_SCHEMA:
+        if isinstance(schema, str) and schema.startswith(CACHE_SCHEMA.rpartition("/")[0] + "/"):
+            raise _OtherSchema(schema)
+        raise ValueError(f"meta.json's schema is {schema!r}")
+    if meta.get("digest") != _meta_digest(meta):
+        raise ValueError("meta.json does not match its digest")
+    return meta
+
+
+def _read_verified(path: Path, sha256: str) -> bytes:
+    data = path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise ValueError(f"{path.name} does not match its digest")
+    return data
+
+
+CHUNK_BYTES = 8 << 20  # read and hash in pieces that are still in the CPU's cache when hashed
+
+
+def _read_weights(path: Path, total: int, sha256: str) -> np.ndarray:
+    """weights.npy -> a fresh float32 array of `total` values, its bytes hashed as they are read (once).
+    Read, not mapped: numpy's own large allocation gets transparent huge pages, and a token's pass streams
+    every weight, so fewer TLB misses make decoding measurably faster."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        if np.lib.format.read_magic(f) != (1, 0):
+            raise ValueError("weights.npy is not the .npy version this cache writes")
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+        if dtype != np.dtype("<f4") or shape != (total,) or fortran:
+            raise ValueError(f"weights.npy holds {dtype} {shape}, not float32 ({total},)")
+        start = f.tell()
+        if os.fstat(f.fileno()).st_size != start + 4 * total:
+            raise ValueError(f"weights.npy has {os.fstat(f.fileno()).st_size} bytes, not {start + 4 * total}")
+        f.seek(0)
+        digest.update(f.read(start))
+        flat = np.empty(total, np.float32)
+        view, done = memoryview(flat).cast("B"), 0
+        # One thread hashes each piece (in order: a single worker) while this one reads the next; both
+        # release the GIL, so on two cores the hash costs little more than the read.
+        with ThreadPoolExecutor(max_workers=1) as hasher:
+            while done < len(view):
+                got = f.readinto(view[done : done + CHUNK_BYTES])
+                if not got:
+                    raise ValueError("weights.npy ended early")
+                hasher.submit(digest.update, view[done : done + got])
+                done += got
+    if digest.hexdigest() != sha256:
+        raise ValueError("weights.npy does not match its digest")
+    return flat
+
+
+def _cached_spec(spec: dict, vocab_size: int) -> dict:
+    """meta.json's tokenizer part -> the spec GGUFTokenizer takes (tokens: only the special ones are kept)."""
+    if len(spec["token_types"]) != vocab_size:
+        raise ValueError(f"meta.json has {len(spec['token_types'])} token types for {vocab_size} tokens")
+    gguf_checks.check_special_ids(spec, vocab_size)
+    spec["tokens"] = [None] * vocab_size  # only the count and the special ones are needed now
+    for index, token in spec.pop("special_tokens").items():
+        spec["tokens"][int(index)] = token
+    return spec
 
 
 def _file_sha256(path: Path) -> str:
@@ -406,8 +534,10 @@ def end_tokens(spec: dict) -> set[int]:
     return {int(i) for i in ids if i is not None}
 
 
-def load_gguf(path, context_length: int | None = None, progress=None) -> LlamaModel:
-    """Load a GGUF file; progress(done, total) is called while the first load dequantizes."""
+def load_gguf(path, context_length: int | None = None, progress=None, notice=None) -> LlamaModel:
+    """Load a GGUF file; progress(done, total) is called while the first load dequantizes. The model gets
+    the file's context, or context_length positions when fewer, at most gguf_checks.MAX_POSITIONS. A cache
+    that does not verify is rebuilt, after notice(why) (default: a CacheRebuiltWarning)."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"no GGUF file at {path}")
@@ -415,17 +545,18 @@ def load_gguf(path, context_length: int | None = None, progress=None) -> LlamaMo
         magic = f.read(4)
     if magic != b"GGUF":
         raise ValueError(f"{path} is not a GGUF file (it starts with {magic!r}, not b'GGUF')")
+    gguf_checks.checked_context_request(context_length)
     directory = cache_root() / cache_key(path)
-    try:
-        config, weights, tokenizer, spec, name, sha = _read_cache(directory)
-    except (OSError, ValueError, KeyError, TypeError):
-        config, weights, spec, name = read_gguf(path, progress)
-        hf = build_tokenizer(spec)
+    cached = _cached(directory, notice)
+    if cached is not None:
+        config, weights, tokenizer, spec, name, sha = cached
+    else:
+        config, weights, spec, hf, name = read_gguf(path, progress)
         sha = _file_sha256(path)
         _write_cache(directory, config, weights, spec, hf, name, sha, source=str(path.resolve()))
         _prune_other_caches(directory, str(path.resolve()))
         tokenizer = GGUFTokenizer(hf, spec)
-    positions = min(context_length or config.context_length, config.context_length)
+    positions = gguf_checks.positions(config.context_length, context_length)
     return LlamaModel(config, weights, tokenizer, name, sha, end_tokens(spec), positions, source=str(path))
 
 

@@ -42,6 +42,13 @@ def build_tokenizer(spec: dict) -> Tokenizer:
         raise ValueError(f"tokenizer model {spec['model']!r} is not supported (only byte-level BPE, 'gpt2')")
     vocab = {token: index for index, token in enumerate(spec["tokens"])}
     merges = [tuple(merge.split(" ", 1)) for merge in spec["merges"]]
+    try:
+        return _built(spec, vocab, merges)
+    except Exception as error:  # noqa: BLE001 - `tokenizers` raises a bare Exception on a bad vocabulary
+        raise ValueError(f"the tokenizer cannot be built from tokenizer.ggml.tokens and .merges: {error}") from None
+
+
+def _built(spec: dict, vocab: dict, merges: list) -> Tokenizer:
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, ignore_merges=False))
     digits, rule = PRE_TOKENIZERS.get(spec["pre"], (False, GPT2))
     steps = [pre_tokenizers.Digits(individual_digits=True)] if digits else []
@@ -78,6 +85,11 @@ class GGUFTokenizer:
     def encode(self, text: str) -> list[int]:
         if not isinstance(text, str):
             raise ValueError(f"text must be a string, got {type(text).__name__}")
+        try:
+            text.encode("utf-8")  # `tokenizers` raises TypeError on a lone surrogate
+        except UnicodeEncodeError as error:
+            raise ValueError(f"text holds a lone surrogate {text[error.start]!r} at position {error.start}: "
+                             "only valid Unicode text can be tokenized") from None  # fmt: skip
         ids = self.hf.encode(text, add_special_tokens=False).ids
         return [self.bos_id] + ids if self.add_bos else ids
 

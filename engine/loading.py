@@ -92,8 +92,9 @@ def check_gguf_architecture(path: Path) -> None:
         raise ValueError(f"{path}: architecture {arch!r} is not supported (supported: {', '.join(SUPPORTED_ARCHITECTURES)})")
 
 
-def load_model(path=None, *, context_length=None, progress=None, model_name=None):
-    """The model at `path` (see the module docstring). progress(done, total) reports a first GGUF load."""
+def load_model(path=None, *, context_length=None, progress=None, model_name=None, notice=None):
+    """The model at `path` (see the module docstring). progress(done, total) reports a first GGUF load;
+    notice(message) hears that a damaged float32 cache is being rebuilt (default: a warning)."""
     from .checkpoint import load_story_model
 
     if path is None:
@@ -113,5 +114,5 @@ def load_model(path=None, *, context_length=None, progress=None, model_name=None
         from .gguf_model import load_gguf
 
         check_gguf_architecture(path)
-        return load_gguf(path, context_length=context_length, progress=progress)
+        return load_gguf(path, context_length=context_length, progress=progress, notice=notice)
     return load_story_model(path)

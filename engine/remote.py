@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 
 import httpx
 
+from .sampling import checked_text
 from .steps import Candidates, Step
 
 TOP_N = 20  # alternatives asked for per token
@@ -84,8 +85,7 @@ class RemoteTokenizer:
         self._pieces: dict[int, str] = {}
 
     def encode(self, text: str) -> list[int]:
-        if not isinstance(text, str):
-            raise ValueError(f"text must be a string, got {type(text).__name__}")
+        checked_text(text)
         if text not in self._ids:
             self._ids[text] = self.model.tokenize(text) if text else []
         return list(self._ids[text])

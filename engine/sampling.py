@@ -51,6 +51,19 @@ def checked_float(name: str, value, ok, allowed: str) -> float:
     return number
 
 
+def checked_text(text, what: str = "text") -> str:
+    """text that can be encoded as UTF-8, or a ValueError: a lone surrogate (from a broken decoder or an
+    OS path) reaches no tokenizer, whose library would raise TypeError, and no server."""
+    if not isinstance(text, str):
+        raise ValueError(f"{what} must be a string, got {type(text).__name__}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(f"{what} holds a lone surrogate {text[error.start]!r} at position {error.start}: "
+                         "only valid Unicode text can be tokenized") from None  # fmt: skip
+    return text
+
+
 @dataclass(frozen=True)
 class Settings:
     """What shapes generation; validated when made (top_k's upper bound by `check_vocab`). Every field is

@@ -295,8 +295,9 @@ class GenerationWorker(QObject):
                 raise LoadCancelled
             self.loadProgress.emit(done, total)
 
+        notices = []  # a damaged cache that was rebuilt: said once the model is in
         try:
-            model = engine.load_model(source, progress=progress)
+            model = engine.load_model(source, progress=progress, notice=notices.append)
         except LoadCancelled:
             self.failed.emit(f"{LOAD_CANCELLED}: still using {self.model.name}")
             return
@@ -312,6 +313,8 @@ class GenerationWorker(QObject):
             close_model(old)
         self._loaded_here = True
         self.modelLoaded.emit(model)
+        for message in notices:
+            self.notice.emit(f"{model.name} is loaded, but {message}")
 
     def close_own_model(self) -> None:
         """On shutdown (the thread has stopped): close a model this worker loaded."""

@@ -392,3 +392,16 @@ def test_trace_fields_of_any_value_load_and_replay_or_raise_value_errors(story_m
         engine.replay(loaded, story_model)
     except ValueError:
         pass
+
+
+@pytest.mark.parametrize("use", [
+    lambda model: Session(model, "Paris is\ud800 big"),
+    lambda model: Session(model, "Paris", max_new_tokens=3).insert_text("x\udfff"),
+    lambda model: Session(model, "Paris", max_new_tokens=3).choose(["yes", "n\ud834o"]),
+    lambda model: Session(model, "Paris", rules=[engine.Rule(when="is", insert="\ud800")]),
+])  # fmt: skip
+def test_a_lone_surrogate_is_a_value_error_for_a_gguf_tokenizer(tmp_path, monkeypatch, use):
+    monkeypatch.setenv("TOKEN_PLAYGROUND_CACHE", str(tmp_path / "cache"))
+    model = engine.load_model(tiny_gguf.write(tmp_path / "tiny.gguf", tiny_gguf.random_weights(seed=1)))
+    with pytest.raises(ValueError, match="holds a lone surrogate"):  # was TypeError from the tokenizers library
+        use(model)

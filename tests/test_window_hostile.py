@@ -85,3 +85,22 @@ def test_edited_preferences_start_with_the_defaults(qtbot, story_model, tmp_path
     generate(qtbot, win)  # and the window works
     assert win.token_view.step_count() > 0
     win.close()
+
+
+def test_a_damaged_gguf_cache_is_rebuilt_and_said(qtbot, window, tmp_path, monkeypatch):
+    import tiny_gguf
+
+    import engine
+
+    monkeypatch.setenv("TOKEN_PLAYGROUND_CACHE", str(tmp_path / "cache"))
+    path = tiny_gguf.write(tmp_path / "tiny.gguf", tiny_gguf.random_weights(seed=2))
+    engine.load_model(path)  # writes the float32 cache
+    (weights,) = (tmp_path / "cache").rglob("weights.npy")
+    data = bytearray(weights.read_bytes())
+    data[-5] ^= 0x40  # one flipped bit in the last weight
+    weights.write_bytes(bytes(data))
+    window.controller.open_model(str(path))
+    qtbot.waitUntil(lambda: "is loaded, but" in window.message_label.text(), timeout=WAIT)
+    assert window.message_label.text().startswith("tiny is loaded, but the float32 cache")
+    assert "rebuilding it from the GGUF file" in window.message_label.text()
+    assert window.model.name == "tiny"

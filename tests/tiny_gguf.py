@@ -63,52 +63,101 @@ def random_weights(seed=0, qkv_bias=False) -> dict:
     return w
 
 
-def write(path: Path, weights: dict, arch="llama", quantize_ffn=False, add_bos=False) -> Path:
-    writer = gguf.GGUFWriter(str(path), arch=arch)
-    writer.add_name("tiny test model")
-    writer.add_block_count(N_LAYERS)
-    writer.add_context_length(CONTEXT)
-    writer.add_embedding_length(D)
-    writer.add_feed_forward_length(FF)
-    writer.add_head_count(N_HEADS)
-    writer.add_head_count_kv(N_KV)
-    writer.add_rope_freq_base(10000.0)
-    writer.add_layer_norm_rms_eps(1e-5)
+DROP = object()  # in write()'s metadata or tensors: leave that key or tensor out of the file
+
+
+def typed(value):
+    """A Python value -> (value, GGUF type, item type) as a writer stores it: ints as uint32 when they fit,
+    else int32 / uint64 / int64; floats as float32; lists by their first item."""
+    kinds = gguf.GGUFValueType
+    if isinstance(value, bool):
+        return value, kinds.BOOL, None
+    if isinstance(value, int):
+        if 0 <= value < 2**32:
+            return value, kinds.UINT32, None
+        return value, (kinds.INT32 if -(2**31) <= value < 0 else kinds.UINT64 if value > 0 else kinds.INT64), None
+    if isinstance(value, float):
+        return value, kinds.FLOAT32, None
+    if isinstance(value, str):
+        return value, kinds.STRING, None
+    if isinstance(value, list):
+        item = typed(value[0])[1] if value else kinds.UINT32
+        return value, kinds.ARRAY, item
+    raise TypeError(f"no GGUF type for {value!r}")
+
+
+def default_metadata(arch="llama", add_bos=False) -> dict:
+    """Every key write() stores (but general.architecture, which the writer adds) -> its (value, type, item type)."""
+    kinds = gguf.GGUFValueType
     tokens, types = vocabulary()
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("default")
-    writer.add_token_list(tokens)
-    writer.add_token_types(types)
-    writer.add_token_merges(MERGES)
-    writer.add_bos_token_id(1)
-    writer.add_eos_token_id(2)
-    writer.add_add_bos_token(add_bos)
-    writer.add_chat_template(CHAT_TEMPLATE)
-    writer.add_tensor("token_embd.weight", weights["embed"])
-    writer.add_tensor("output_norm.weight", weights["norm"])
+    metadata = {
+        "general.name": ("tiny test model", kinds.STRING, None),
+        f"{arch}.block_count": (N_LAYERS, kinds.UINT32, None),
+        f"{arch}.context_length": (CONTEXT, kinds.UINT32, None),
+        f"{arch}.embedding_length": (D, kinds.UINT32, None),
+        f"{arch}.feed_forward_length": (FF, kinds.UINT32, None),
+        f"{arch}.attention.head_count": (N_HEADS, kinds.UINT32, None),
+        f"{arch}.attention.head_count_kv": (N_KV, kinds.UINT32, None),
+        f"{arch}.rope.freq_base": (10000.0, kinds.FLOAT32, None),
+        f"{arch}.attention.layer_norm_rms_epsilon": (1e-5, kinds.FLOAT32, None),
+        "tokenizer.ggml.model": ("gpt2", kinds.STRING, None),
+        "tokenizer.ggml.pre": ("default", kinds.STRING, None),
+        "tokenizer.ggml.tokens": (tokens, kinds.ARRAY, kinds.STRING),
+        "tokenizer.ggml.token_type": (types, kinds.ARRAY, kinds.INT32),
+        "tokenizer.ggml.merges": (MERGES, kinds.ARRAY, kinds.STRING),
+        "tokenizer.ggml.bos_token_id": (1, kinds.UINT32, None),
+        "tokenizer.ggml.eos_token_id": (2, kinds.UINT32, None),
+        "tokenizer.ggml.add_bos_token": (add_bos, kinds.BOOL, None),
+        "tokenizer.chat_template": (CHAT_TEMPLATE, kinds.STRING, None),
+    }  # fmt: skip
+    return metadata
+
+
+def gguf_tensors(weights: dict, arch="llama", quantize_ffn=False) -> dict:
+    """GGUF tensor name -> (array, raw dtype or None) in the order llama.cpp's converter writes them."""
+    tensors = {"token_embd.weight": (weights["embed"], None), "output_norm.weight": (weights["norm"], None)}
     for i, layer in enumerate(weights["layers"]):
         p = f"blk.{i}."
-        writer.add_tensor(p + "attn_norm.weight", layer["attn_norm"])
-        writer.add_tensor(p + "ffn_norm.weight", layer["ffn_norm"])
+        tensors[p + "attn_norm.weight"] = (layer["attn_norm"], None)
+        tensors[p + "ffn_norm.weight"] = (layer["ffn_norm"], None)
         # llama.cpp permutes q/k for "llama" (adjacent-pair rotation); qwen2 keeps HF's rotate_half layout
         order_q = (lambda w: permute(w, N_HEADS)) if arch == "llama" else (lambda w: w)
         order_k = (lambda w: permute(w, N_KV)) if arch == "llama" else (lambda w: w)
-        writer.add_tensor(p + "attn_q.weight", order_q(layer["q"]))
-        writer.add_tensor(p + "attn_k.weight", order_k(layer["k"]))
-        writer.add_tensor(p + "attn_v.weight", layer["v"])
-        writer.add_tensor(p + "attn_output.weight", layer["o"])
+        tensors[p + "attn_q.weight"] = (order_q(layer["q"]), None)
+        tensors[p + "attn_k.weight"] = (order_k(layer["k"]), None)
+        tensors[p + "attn_v.weight"] = (layer["v"], None)
+        tensors[p + "attn_output.weight"] = (layer["o"], None)
         if "q_bias" in layer:
-            writer.add_tensor(p + "attn_q.bias", order_q(layer["q_bias"]))
-            writer.add_tensor(p + "attn_k.bias", order_k(layer["k_bias"]))
-            writer.add_tensor(p + "attn_v.bias", layer["v_bias"])
+            tensors[p + "attn_q.bias"] = (order_q(layer["q_bias"]), None)
+            tensors[p + "attn_k.bias"] = (order_k(layer["k_bias"]), None)
+            tensors[p + "attn_v.bias"] = (layer["v_bias"], None)
         for name in ("gate", "up", "down"):
             tensor = layer[name]
             if quantize_ffn and tensor.shape[-1] % 32 == 0:  # Q8_0 packs rows in blocks of 32 values
                 packed = gguf.quants.quantize(tensor, gguf.GGMLQuantizationType.Q8_0)
                 layer[name] = gguf.quants.dequantize(packed, gguf.GGMLQuantizationType.Q8_0)  # the reference too
-                writer.add_tensor(p + f"ffn_{name}.weight", packed, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+                tensors[p + f"ffn_{name}.weight"] = (packed, gguf.GGMLQuantizationType.Q8_0)
             else:
-                writer.add_tensor(p + f"ffn_{name}.weight", tensor)
+                tensors[p + f"ffn_{name}.weight"] = (tensor, None)
+    return tensors
+
+
+def write(path: Path, weights: dict, arch="llama", quantize_ffn=False, add_bos=False, metadata=None, tensors=None) -> Path:
+    """metadata: key -> a value (stored as typed() says), a (value, type, item type) triple, or DROP;
+    tensors: name -> a float32 array, or DROP. Both replace or add to what a well-formed file holds."""
+    writer = gguf.GGUFWriter(str(path), arch=arch)
+    entries = default_metadata(arch, add_bos)
+    for key, value in (metadata or {}).items():
+        entries[key] = value if value is DROP or isinstance(value, tuple) else typed(value)
+    for key, entry in entries.items():
+        if entry is not DROP:
+            writer.add_key_value(key, *entry)
+    arrays = gguf_tensors(weights, arch, quantize_ffn)
+    arrays.update({name: value if value is DROP else (np.asarray(value, np.float32), None) for name, value in (tensors or {}).items()})
+    for name, entry in arrays.items():
+        if entry is not DROP:
+            array, raw_dtype = entry
+            writer.add_tensor(name, array, raw_dtype=raw_dtype)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
