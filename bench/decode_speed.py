@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 import engine
-from engine import stories
+from engine.story import corpus as stories
 
 
 def greedy_with_cache(model, ids, max_new_tokens):

@@ -20,7 +20,7 @@ import sys
 ROUND = r"""
 import hashlib, json, os, time
 import engine
-from engine import gguf_model
+from engine.backends.gguf import model as gguf_model
 from engine.loading import smollm2_path
 
 path = smollm2_path()

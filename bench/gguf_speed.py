@@ -9,7 +9,7 @@ step's distributions) and, when llama-cpp-python is installed, for llama.cpp, si
 each figure is the range over the rounds. The busy neighbour is a separate Python process running a busy
 loop, started before and killed after each busy measurement (and bounded in time by itself).
 Then, unless --no-threads, the numpy engine's decode and prompt with BLAS held at 1 and at 2 threads,
-quiet and busy: the measurements behind engine/blas_threads.py's choices.
+quiet and busy: the measurements behind engine/backends/blas_threads.py's choices.
 Goals on a 2-core machine: decode >= 25 tokens/s and >= 0.3x llama.cpp; first token <= 1 s; with a busy
 neighbour, decode >= 0.5x the quiet figure.
 """
@@ -22,10 +22,10 @@ import sys
 import time
 
 import numpy as np
+from timing import timed_steps
 
 import engine
-from engine import blas_threads
-from timing import timed_steps
+from engine.backends import blas_threads
 
 PARAGRAPH = (
     "The history of computing is a story of people finding ways to make machines do arithmetic faster, "
@@ -55,7 +55,7 @@ def busy_neighbour(on: bool = True):
 
 @contextlib.contextmanager
 def forced_threads(count):
-    """Override engine/blas_threads.py's choice for decode and prompt (None: keep the engine's)."""
+    """Override engine/backends/blas_threads.py's choice for decode and prompt (None: keep the engine's)."""
     if count is None:
         yield
         return

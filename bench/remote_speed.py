@@ -19,9 +19,9 @@ import tempfile
 import time
 
 import httpx
+from timing import timed_steps
 
 import engine
-from timing import timed_steps
 
 PROMPT = "Once upon a time, in a small village by the sea, there lived"
 

@@ -11,7 +11,7 @@ import statistics
 import time
 
 import engine
-from engine.settings_trace import settings_trace
+from engine.story.settings_trace import settings_trace
 
 
 def timed(model, workers, rounds):

@@ -8,7 +8,8 @@ import statistics
 import time
 
 import engine
-from engine import Rule, Session, stories
+from engine import Rule, Session
+from engine.story import corpus as stories
 
 COLOR_RULE = Rule(r"now (" + "|".join(stories.NAMES) + r") has the", tool=lambda t: " " + t.split()[3], regex=True)
 IDLE_RULES = [Rule("xyz", insert=" a"), Rule(r"q+z", insert=" b", regex=True)]

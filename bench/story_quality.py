@@ -8,7 +8,7 @@ For each story, greedy decoding continues its first sentence; `follows_story` ju
 import time
 
 import engine
-from engine import stories
+from engine.story import corpus as stories
 
 
 def score(model, split):

@@ -23,7 +23,7 @@ from PySide6.QtCore import QElapsedTimer, QEventLoop, QSettings, QTimer  # noqa:
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
 import engine  # noqa: E402
-from engine import stories  # noqa: E402
+from engine.story import corpus as stories  # noqa: E402
 
 
 def prompts():

@@ -1,19 +1,20 @@
 """Token Playground's engine: numpy models, sampling and the generation loop. Imports no Qt."""
 
-from .checkpoint import resources_dir
-from .loading import load_model, smollm2_path
-from .model import Config, StoryModel
-from .rules import CommandTool, Rule
-from .sampling import Settings, next_token_probs
-from .session import GenerationResult, Session, generate
-from .steps import Candidates, Step
-from .trace import ReplayReport, load_trace, replay, replay_session, save_trace
-
-__version__ = "0.1.0"
-
+from engine.core import __version__
+from engine.core.checks import UnknownCharacterError
+from engine.core.replay import ReplayReport, replay, replay_session
+from engine.core.rules import CommandTool, Rule
+from engine.core.sampling import MAX_SEED, MAX_TEMPERATURE, Settings, next_token_probs
+from engine.core.session import GenerationResult, Session, generate
+from engine.core.steps import TOP_CANDIDATES, Candidates, Step
+from engine.core.trace import load_trace, save_trace, validate_trace
+from engine.loading import load_model, smollm2_path
+from engine.story.checkpoint import resources_dir
+from engine.story.model import Config, StoryModel
 
 __all__ = [
-    "Candidates", "CommandTool", "Config", "GenerationResult", "ReplayReport", "Rule", "Session", "Settings",
-    "Step", "StoryModel", "generate", "load_model", "load_trace", "next_token_probs", "replay",
-    "replay_session", "resources_dir", "save_trace", "smollm2_path", "__version__",
+    "MAX_SEED", "MAX_TEMPERATURE", "TOP_CANDIDATES", "Candidates", "CommandTool", "Config", "GenerationResult",
+    "ReplayReport", "Rule", "Session", "Settings", "Step", "StoryModel", "UnknownCharacterError", "generate",
+    "load_model", "load_trace", "next_token_probs", "replay", "replay_session", "resources_dir", "save_trace",
+    "smollm2_path", "validate_trace", "__version__",
 ]  # fmt: skip

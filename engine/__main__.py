@@ -5,8 +5,8 @@ import json
 import sys
 from pathlib import Path
 
-from . import generate, load_model
-from .sampling import MAX_SEED
+from engine import generate, load_model
+from engine.core.sampling import MAX_SEED
 
 
 def _optional(kind):
@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "the model's own probability and rank for it, and its source")  # fmt: skip
     output.add_argument("--json", action="store_true", help="print the whole result as JSON (every step's top 20)")
 
-    tr = commands.add_parser("trace", help="the settings trace (see engine/settings_trace.py)")
+    tr = commands.add_parser("trace", help="the settings trace (see engine/story/settings_trace.py)")
     mode = tr.add_mutually_exclusive_group()
     mode.add_argument("--write", action="store_true", help="rewrite resources/generation-trace.json")
     mode.add_argument("--check", action="store_true", help="exit 1 if the output differs from the recorded file")
@@ -104,8 +104,9 @@ def probability_table(steps) -> str:
 
 
 def _trace(args) -> int:
-    from .checkpoint import atomic_write_bytes, resources_dir
-    from .settings_trace import render, timed_trace
+    from engine.core.files import atomic_write_bytes
+    from engine.story.checkpoint import resources_dir
+    from engine.story.settings_trace import render, timed_trace
 
     trace, seconds = timed_trace(load_model())
     text = render(trace)
@@ -126,7 +127,7 @@ def _trace(args) -> int:
 
 
 def _train(args) -> int:
-    from .train import TrainSettings, train
+    from engine.story.train import TrainSettings, train
 
     settings = TrainSettings() if args.steps is None else TrainSettings(steps=args.steps)
     out = Path(args.out) if args.out else Path(__file__).resolve().parent.parent / "resources"

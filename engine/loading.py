@@ -85,7 +85,7 @@ def _skip_gguf_value(f, kind: int) -> None:
 
 def check_gguf_architecture(path: Path) -> None:
     """Refuse a GGUF file whose architecture this engine cannot run, from its header alone."""
-    from .gguf_model import SUPPORTED_ARCHITECTURES
+    from engine.backends.gguf.model import SUPPORTED_ARCHITECTURES
 
     arch = gguf_architecture(path)
     if arch is not None and arch not in SUPPORTED_ARCHITECTURES:
@@ -95,13 +95,13 @@ def check_gguf_architecture(path: Path) -> None:
 def load_model(path=None, *, context_length=None, progress=None, model_name=None, notice=None):
     """The model at `path` (see the module docstring). progress(done, total) reports a first GGUF load;
     notice(message) hears that a damaged float32 cache is being rebuilt (default: a warning)."""
-    from .checkpoint import load_story_model
+    from engine.story.checkpoint import load_story_model
 
     if path is None:
         return load_story_model()
     text = str(path)
     if text.startswith(("http://", "https://")):
-        from .remote import load_remote
+        from engine.backends.remote import load_remote
 
         return load_remote(text, model_name=model_name)
     if text.lower() == "smollm2":
@@ -111,7 +111,7 @@ def load_model(path=None, *, context_length=None, progress=None, model_name=None
         path = found
     path = Path(path)
     if path.suffix.lower() == ".gguf" or is_gguf(path):
-        from .gguf_model import load_gguf
+        from engine.backends.gguf.model import load_gguf
 
         check_gguf_architecture(path)
         return load_gguf(path, context_length=context_length, progress=progress, notice=notice)

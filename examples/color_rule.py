@@ -10,7 +10,7 @@ measure keeps-color-and-object on the 60 dev stories (seed = story index) with a
 import argparse
 
 import engine
-from engine import stories
+from engine.story import corpus as stories
 
 TRIGGER = r"now (" + "|".join(stories.NAMES) + r") has the"
 

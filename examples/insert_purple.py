@@ -10,7 +10,7 @@ import argparse
 import math
 
 import engine
-from engine import stories
+from engine.story import corpus as stories
 
 
 def run(model=None) -> dict:

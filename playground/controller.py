@@ -13,7 +13,6 @@ Generate). After the model ended the text, or with the context full, they say wh
 from PySide6.QtCore import QObject, QTimer, Signal
 
 import engine
-from engine.tokenizer import UnknownCharacterError
 
 from .token_text import REPLACEMENT
 from .worker import LOAD_CANCELLED, WorkerThread
@@ -429,7 +428,7 @@ class Controller(QObject):
         try:
             prompt = self.prompt_text()
             ids = self.model.tokenizer.encode(prompt)
-        except UnknownCharacterError as error:
+        except engine.UnknownCharacterError as error:
             return str(error), error.position
         except ValueError as error:
             return str(error), None

@@ -14,6 +14,27 @@ def story_model():
     return engine.load_model()
 
 
+@pytest.fixture
+def prefs(tmp_path):
+    """The window's remembered settings, in a file of the test's own."""
+    from PySide6.QtCore import QSettings
+
+    return QSettings(str(tmp_path / "prefs.ini"), QSettings.Format.IniFormat)
+
+
+@pytest.fixture
+def window(qtbot, story_model, prefs):
+    """The real window on the story model, shown offscreen."""
+    from playground import MainWindow
+
+    win = MainWindow(model=story_model, settings=prefs)
+    qtbot.addWidget(win)
+    win.show()
+    qtbot.waitExposed(win)
+    yield win
+    win.close()
+
+
 def _free_port() -> int:
     import socket
 

@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 
 import engine
-from engine import checkpoint, stories
-from engine.checkpoint import TOKENIZER_FILE, WEIGHTS_FILE
+from engine.story import checkpoint
+from engine.story import corpus as stories
+from engine.story.checkpoint import TOKENIZER_FILE, WEIGHTS_FILE
 
 
 @pytest.fixture

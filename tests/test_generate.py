@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 import engine
-from engine import next_token_probs, stories
-from engine.sampling import draw, softmax
+from engine import next_token_probs
+from engine.core.sampling import draw, softmax
+from engine.story import corpus as stories
 
 FIRST = "mia has a red ball."
 

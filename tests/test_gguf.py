@@ -6,11 +6,10 @@ import time
 
 import numpy as np
 import pytest
+import tiny_gguf
 
 import engine
-from engine import gguf_model
-
-import tiny_gguf
+from engine.backends.gguf import model as gguf_model
 
 
 @pytest.fixture
@@ -157,7 +156,7 @@ def test_decode_and_prompt_run_under_the_chosen_blas_threads_in_any_thread(tiny,
     threadpoolctl = pytest.importorskip("threadpoolctl")
     if not _blas_threads_now():
         pytest.skip("numpy's BLAS here is not OpenBLAS")
-    from engine import blas_threads
+    from engine.backends import blas_threads
 
     model = engine.load_model(tiny[0])
     ids = model.tokenizer.encode(PROMPT)

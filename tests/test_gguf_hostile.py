@@ -10,14 +10,13 @@ import re
 
 import numpy as np
 import pytest
+import tiny_gguf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tiny_gguf import DROP, FF, N_HEADS, N_KV, D
 
 import engine
-from engine import gguf_model
-
-import tiny_gguf
-from tiny_gguf import DROP, D, N_HEADS, N_KV, FF
+from engine.backends.gguf import model as gguf_model
 
 PROMPT = "<|im_start|>user\nthe answer is 42<|im_end|>\n"
 
@@ -285,7 +284,7 @@ def test_a_hostile_qwen2_file_is_refused(tmp_path, cache_dir, tensors, message):
 
 
 def test_a_huge_declared_context_allocates_only_the_capped_positions(tmp_path, cache_dir):
-    from engine.gguf_checks import MAX_POSITIONS
+    from engine.backends.gguf.checks import MAX_POSITIONS
 
     path = tiny_gguf.write(tmp_path / "long.gguf", tiny_gguf.random_weights(seed=1),
                            metadata={"llama.context_length": 2**32 - 1})  # fmt: skip

@@ -12,13 +12,13 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+import tiny_gguf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import engine
-import tiny_gguf
 from engine import CommandTool, Session
-from engine.checkpoint import atomic_write_bytes
+from engine.core.files import atomic_write_bytes
 
 FIRST = "mia has a red ball."
 
@@ -77,7 +77,7 @@ def test_the_reported_values(story_model):
     with pytest.raises(ValueError, match="a choice's source must be 'forced' or 'rule', got 'bogus'"):
         session.choose([" a", " b"], source="bogus")
     assert session.actions == before
-    engine.trace.validate_trace(session.trace())  # still exportable
+    engine.core.trace.validate_trace(session.trace())  # still exportable
 
 
 # --- no half-done steps ------------------------------------------------------------------------------------
@@ -158,7 +158,7 @@ def test_a_stream_count_beyond_what_the_trace_holds_does_not_hang(trace, story_m
     claimed = json.loads(json.dumps(trace))
     claimed["actions"].append({"kind": "stream", "n": 10**30})
     with pytest.raises(ValueError, match="streams claim 1000000000000000000000000000000 tokens, more than the 12"):
-        engine.trace.validate_trace(claimed)
+        engine.core.trace.validate_trace(claimed)
     claimed["actions"].append({"kind": "rewind", "n": 10**30})  # "justified" by a rewind: the session bounds it
     started = time.monotonic()
     report = engine.replay(claimed, story_model)
@@ -178,7 +178,7 @@ def test_another_models_trace_says_so_first(story_model, tmp_path, monkeypatch):
 
 def test_a_writer_killed_midway_leaves_no_temporary_behind_the_next_save(tmp_path, trace):
     target = tmp_path / "run.json"
-    code = (f"import os, engine.checkpoint as c; c.os.replace = lambda *a: os.kill(os.getpid(), 9); "
+    code = (f"import os, engine.core.files as c; c.os.replace = lambda *a: os.kill(os.getpid(), 9); "
             f"c.atomic_write_bytes(__import__('pathlib').Path({str(target)!r}), b'x' * 1000)")  # fmt: skip
     for _ in range(3):
         assert subprocess.run([sys.executable, "-c", code]).returncode == -9
@@ -194,7 +194,7 @@ def test_a_writer_killed_midway_leaves_no_temporary_behind_the_next_save(tmp_pat
 
 # --- commands ----------------------------------------------------------------------------------------------
 def _marked_alive() -> list[int]:
-    from engine.rules import MARKER
+    from engine.core.rules import MARKER
 
     alive = []
     for environ in __import__("pathlib").Path("/proc").glob("[0-9]*/environ"):
@@ -244,7 +244,7 @@ def test_command_tool_checks_its_arguments(kwargs, message):
 def checkpoint_copy(tmp_path):
     import shutil
 
-    from engine.checkpoint import TOKENIZER_FILE, WEIGHTS_FILE, resources_dir
+    from engine.story.checkpoint import TOKENIZER_FILE, WEIGHTS_FILE, resources_dir
 
     for name in (WEIGHTS_FILE, TOKENIZER_FILE):
         shutil.copy(resources_dir() / name, tmp_path / name)
@@ -335,7 +335,7 @@ def test_steering_calls_raise_only_value_errors_and_change_nothing_when_they_do(
         except ValueError:
             assert _state(session) == before, name
     trace = session.trace()
-    engine.trace.validate_trace(trace)
+    engine.core.trace.validate_trace(trace)
     assert engine.replay(trace, story_model).identical
 
 

@@ -8,8 +8,8 @@ import pytest
 
 import engine
 from engine import Rule, Session
-from engine.sampling import softmax
-from engine.trace import replay_session
+from engine.core.replay import replay_session
+from engine.core.sampling import softmax
 
 PROMPT = "The capital of France is"
 CHAT = "<|im_start|>user\nName a large animal.<|im_end|>\n<|im_start|>assistant\n"

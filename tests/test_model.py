@@ -3,7 +3,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from engine.model import Config
+from engine.story.model import Config
 
 PROMPT = "mia has a red ball. mia goes to the park. at the park, mia gives the ball to ben."
 

@@ -13,8 +13,8 @@ import pytest
 
 import engine
 from engine import Rule, Session
-from engine.remote import RemoteModel
-from engine.sampling import softmax
+from engine.backends.remote import RemoteModel
+from engine.core.sampling import softmax
 
 PROMPT = "The capital of France is"
 CHAT = "<|im_start|>user\nName a large animal.<|im_end|>\n<|im_start|>assistant\n"
@@ -50,7 +50,7 @@ def test_connects_and_detects_what_the_server_supports(server_model, llama_serve
     assert server_model.remote and server_model.url == llama_server
     assert server_model.name.startswith("SmolLM2-135M-Instruct.Q4_1.gguf @ http://127.0.0.1:")
     caps = server_model.capabilities
-    # its echo is shifted by a position that depends on the prompt (engine/remote.py _find_scoring)
+    # its echo is shifted by a position that depends on the prompt (engine/backends/remote.py _find_scoring)
     assert caps == {"tokenize": "llama-cpp-python", "token_id_prompts": False, "scoring": "per position"}
     assert server_model.tokenizer.encode(PROMPT) == engine.load_model("smollm2").tokenizer.encode(PROMPT)
 
@@ -261,7 +261,7 @@ def fake_server():
 
 
 def test_a_server_that_is_down(monkeypatch):
-    monkeypatch.setattr("engine.remote.RETRIES", 2)
+    monkeypatch.setattr("engine.backends.remote.RETRIES", 2)
     url = f"http://127.0.0.1:{free_port()}/v1"
     with pytest.raises(ValueError, match=r"server at http://127.0.0.1:\d+ refused the connection"):
         engine.load_model(url)

@@ -15,7 +15,7 @@ import pytest
 
 import engine
 from engine import Session
-from engine.remote import MAX_ANSWER_BYTES, RemoteModel
+from engine.backends.remote import MAX_ANSWER_BYTES, RemoteModel
 
 PROMPT = "The capital of France is"
 

@@ -4,10 +4,11 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from engine.sampling import Settings, draw, next_token_probs
+from engine.core.sampling import Settings, draw, next_token_probs
 
 F = np.float32
 
@@ -146,7 +147,7 @@ def test_probabilities_are_a_distribution_with_zeros_exactly_where_a_filter_remo
 @given(scores=arrays(np.float32, st.integers(1, 300), elements=st.sampled_from([-1.0, 0.0, 0.5, 2.0, 7.25])),
        n=st.integers(1, 320))  # fmt: skip
 def test_top_ids_and_rank_agree_with_a_full_stable_sort(scores, n):
-    from engine.sampling import model_rank, top_ids
+    from engine.core.sampling import model_rank, top_ids
 
     ranking = np.argsort(-scores, kind="stable")
     assert top_ids(scores, n).tolist() == ranking[:n].tolist()

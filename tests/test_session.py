@@ -8,7 +8,7 @@ import pytest
 
 import engine
 from engine import Rule, Session, next_token_probs
-from engine.sampling import softmax
+from engine.core.sampling import softmax
 
 FIRST = "mia has a red ball."
 TO_BEN = "mia has a red ball. mia goes to the park. at the park, mia gives the ball to ben."

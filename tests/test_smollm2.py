@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import engine
-from engine.sampling import softmax
+from engine.core.sampling import softmax
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 sys.path.insert(0, str(FIXTURES))

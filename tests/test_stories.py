@@ -1,5 +1,5 @@
-from engine import stories
-from engine.stories import follows_story
+from engine.story import corpus as stories
+from engine.story.corpus import follows_story
 
 FIRST = "mia has a red ball."
 GOOD = "mia has a red ball. mia goes to the park. at the park, mia gives the ball to ben. now ben has the red ball."

@@ -1,7 +1,8 @@
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
-from engine.tokenizer import ALPHABET, Tokenizer, pieces
+from engine.story.tokenizer import ALPHABET, Tokenizer, pieces
 
 
 @pytest.fixture(scope="module")

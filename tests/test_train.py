@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from engine.model import Config, forward, init_params
-from engine.train import loss_and_grads, make_batch, mean_loss
+from engine.story.model import Config, forward, init_params
+from engine.story.train import loss_and_grads, make_batch, mean_loss
 
 TINY = Config(vocab_size=11, context_length=8, d_model=8, n_heads=2, d_mlp=12)
 

@@ -7,7 +7,7 @@ import sys
 import textwrap
 
 import pytest
-from PySide6.QtCore import QPoint, QSettings, Qt
+from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import QLabel, QPushButton
 
 import engine
@@ -15,21 +15,6 @@ from playground import MainWindow
 from playground.widgets.token_view import visible
 
 WAIT = 15000  # ms
-
-
-@pytest.fixture
-def prefs(tmp_path):
-    return QSettings(str(tmp_path / "prefs.ini"), QSettings.Format.IniFormat)
-
-
-@pytest.fixture
-def window(qtbot, story_model, prefs):
-    win = MainWindow(model=story_model, settings=prefs)
-    qtbot.addWidget(win)
-    win.show()
-    qtbot.waitExposed(win)
-    yield win
-    win.close()
 
 
 def child(win, cls, name):

@@ -8,10 +8,10 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QLabel, QPushButton
+from test_window import WAIT, child, click_bar, generate, step, token_point, type_prompt
 
 import engine
 from playground import MainWindow
-from test_window import WAIT, child, click_bar, generate, prefs, step, token_point, type_prompt, window  # noqa: F401 - fixtures
 
 
 def press(qtbot, win, name):

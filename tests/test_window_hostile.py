@@ -5,9 +5,9 @@ import json
 
 import pytest
 from PySide6.QtCore import QSettings
+from test_window import WAIT, generate, step
 
 from playground import MainWindow
-from test_window import WAIT, generate, prefs, step, window  # noqa: F401 - fixtures
 
 
 def exported(qtbot, win, path, **settings):

@@ -9,7 +9,7 @@ from PySide6.QtCore import QPointF, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFont, QPalette
 from PySide6.QtWidgets import QButtonGroup, QGridLayout, QLabel, QRadioButton, QVBoxLayout, QWidget
 
-from engine.steps import TOP_CANDIDATES
+from engine import TOP_CANDIDATES
 
 STAGES = (("raw", "raw softmax"), ("temperature", "after temperature"), ("top_k", "after top-k"),
           ("final", "final"))  # fmt: skip

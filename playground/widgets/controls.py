@@ -7,11 +7,24 @@ import random
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor, QKeySequence, QShortcut, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
-    QCheckBox, QComboBox, QDoubleSpinBox, QGridLayout, QHBoxLayout, QLabel, QPlainTextEdit, QProgressBar,
-    QPushButton, QSlider, QSpinBox, QTextEdit, QToolButton, QVBoxLayout, QWidget,
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QProgressBar,
+    QPushButton,
+    QSlider,
+    QSpinBox,
+    QTextEdit,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
 )  # fmt: skip
 
-from engine.sampling import MAX_SEED, MAX_TEMPERATURE
+from engine import MAX_SEED, MAX_TEMPERATURE
 
 SLIDER_TEMPERATURE = 5.0  # the slider covers the useful range; the spin box takes the engine's whole range
 SETTING_LABELS = {"max_new_tokens": "max new tokens", "temperature": "temperature", "top_k": "top-k",

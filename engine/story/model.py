@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from engine.core.checks import checked_ids
+
 LAYER_NORM_EPS = 1e-5
 GELU_C = math.sqrt(2.0 / math.pi)  # a Python float: it keeps float32 arrays float32
 
@@ -204,19 +206,3 @@ class StoryModel:
 
     def _checked_ids(self, ids, already: int) -> np.ndarray:
         return checked_ids(ids, already, self.vocab_size, self.context_length)
-
-
-def checked_ids(ids, already: int, vocab_size: int, context_length: int) -> np.ndarray:
-    """ids as a 1-D int array, or ValueError: not ints, outside the vocabulary, or past the last position
-    (`already` positions are in the cache)."""
-    array = np.asarray(ids)
-    if array.ndim != 1 or array.size == 0 or array.dtype.kind not in "iu":
-        raise ValueError(f"ids must be a non-empty 1-D sequence of ints, got {ids!r:.80}")
-    low, high = (min(ids), max(ids)) if isinstance(ids, list) else (array.min(), array.max())
-    if low < 0 or high >= vocab_size:
-        raise ValueError(f"token ids must be from 0 to {vocab_size - 1}, got {low}..{high}")
-    if already + array.size > context_length:
-        raise ValueError(
-            f"cannot forward {array.size} tokens after {already}: the model has only {context_length} positions"
-        )
-    return array

@@ -8,22 +8,20 @@ and refuses, with a ValueError that names the mismatch, a checkpoint that does n
 whose bytes were damaged.
 """
 
-import glob
 import hashlib
 import io
 import json
 import math
-import os
-import tempfile
 import zipfile
 from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
-from . import stories
-from .model import Config, StoryModel
-from .tokenizer import Tokenizer
+from engine.core.files import atomic_write_bytes
+from engine.story import corpus as stories
+from engine.story.model import Config, StoryModel
+from engine.story.tokenizer import Tokenizer
 
 SCHEMA = "token-playground/story-model/1"
 WEIGHTS_FILE = "story-model.npz"
@@ -32,8 +30,8 @@ TOKENIZER_FILE = "story-tokenizer.json"
 
 def resources_dir() -> Path:
     """The shipped resources: `resources/` beside `engine/` in a checkout, `engine/resources` when installed."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here.parent / "resources", here / "resources"):
+    engine = Path(__file__).resolve().parent.parent  # engine/story/checkpoint.py -> engine/
+    for candidate in (engine.parent / "resources", engine / "resources"):
         if (candidate / WEIGHTS_FILE).is_file():
             return candidate
     raise FileNotFoundError(f"no {WEIGHTS_FILE} next to the engine: the story model is not installed")
@@ -60,49 +58,6 @@ def weights_sha256(params: dict[str, np.ndarray]) -> str:
         digest.update(f"{name}:{array.dtype.str}:{array.shape};".encode())
         digest.update(array.tobytes())
     return digest.hexdigest()
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write to a temporary file beside `path`, then rename over it: readers see the old or the new file.
-    The temporary's name holds the writer's pid, so a writer killed midway leaves a file the next write
-    recognises and removes."""
-    path = Path(path)
-    _remove_orphaned_temporaries(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.{os.getpid()}.", suffix=".tmp")
-    try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes the file private; give it the usual mode
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
-def _remove_orphaned_temporaries(path: Path) -> None:
-    """Remove temporaries of `path` whose writing process no longer exists (killed before its rename)."""
-    for stale in path.parent.glob(glob.escape(path.name) + ".*.tmp"):
-        pid = stale.name[len(path.name) + 1 :].split(".", 1)[0]
-        if pid.isdigit() and not _process_exists(int(pid)):
-            stale.unlink(missing_ok=True)
-
-
-def _process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):  # someone else's process, or not a pid at all
-        return True
-    return True
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def save_story_model(out_dir, params, config: Config, tokenizer: Tokenizer, corpus_sha: str, training=None):

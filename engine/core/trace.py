@@ -1,4 +1,4 @@
-"""Traces: a whole session as JSON data, saved atomically, loaded with validation, and replayed.
+"""Traces: a whole session as JSON data, saved atomically, loaded with validation (replayed in replay.py).
 
 A trace is data. Loading or replaying one never runs a tool or a command: the text a tool produced is in
 the trace as inserted token ids, and replay forces it like any other inserted text. Replay repeats the
@@ -15,21 +15,19 @@ later change. Replay runs no rule: what a rule inserted is in the log as an inse
 """
 
 import json
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .checkpoint import atomic_write_bytes
-from .sampling import Settings
-from .steps import Step
+from engine.core import __version__
+from engine.core.files import atomic_write_bytes
+from engine.core.sampling import Settings
+from engine.core.steps import Step
 
 SCHEMA = "token-playground/trace/1"
 ACTION_KINDS = {"sample", "stream", "force", "insert", "choose", "rewind", "settings", "rules"}
 
 
 def session_trace(session) -> dict:
-    from . import __version__
-
     return {
         "schema": SCHEMA,
         "engine_version": __version__,
@@ -48,7 +46,7 @@ def session_trace(session) -> dict:
 
 
 def _model_description(model) -> dict:
-    scoring = {  # how a server scored forced and inserted tokens (engine/remote.py)
+    scoring = {  # how a server scored forced and inserted tokens (engine/backends/remote.py)
         "echo": "echo: one request echoes the prompt's log-probabilities (one request per token where the echo does not line up)",
         "per position": "one request per position: each forced token read from the top N of a one-token request",
     }
@@ -169,123 +167,3 @@ def _check_rules(where: str, rules) -> None:
     for index, rule in enumerate(rules):
         if not isinstance(rule, dict) or not isinstance(rule.get("when"), str) or "action" not in rule:
             raise ValueError(f"{where}[{index}] must describe a rule (when, action)")
-
-
-@dataclass(frozen=True)
-class ReplayReport:
-    identical: bool
-    steps: int  # steps compared
-    first_difference: dict | None  # {"step", "field", "token", "recorded", "replayed"} or None
-    notes: tuple[str, ...] = ()
-
-    def summary(self) -> str:
-        if self.identical:
-            return f"identical: all {self.steps} steps replayed bit for bit"
-        d = self.first_difference
-        if d is None:  # every step agreed, but an action could not be replayed
-            return next(note for note in self.notes if note.startswith("replay stopped"))
-        token = d["token"]
-        tokens = f"{token[0]!r}" if token[0] == token[1] else f"recorded {token[0]!r}, replayed {token[1]!r}"
-        return (f"differs at step {d['step']} ({tokens}), {d['field']}: "
-                f"recorded {_shown(d['recorded'])}, replayed {_shown(d['replayed'])}")  # fmt: skip
-
-
-def _shown(value) -> str:
-    """A differing value as a person compares it: floats with every digit that differs."""
-    return repr(value) if not isinstance(value, float) else f"{value:.17g}"
-
-
-def replay(trace: dict, model) -> ReplayReport:
-    """Re-run the trace's actions on a fresh session (no rules: what they inserted is in the actions) and
-    compare every step with the recorded one."""
-    return replay_session(trace, model)[1]
-
-
-def replay_session(trace: dict, model):
-    """-> (the replayed Session, its ReplayReport); the window keeps the session to continue from."""
-    from .session import Session
-
-    validate_trace(trace)
-    notes = []
-    recorded_model = trace["model"]
-    if recorded_model["weights_sha256"] != model.weights_sha256 or recorded_model.get("url") != getattr(model, "root", None):
-        notes.append(f"recorded with {recorded_model['name']} {recorded_model['weights_sha256'][:12]}, "
-                     f"replayed with {model.name} {model.weights_sha256[:12]}")  # fmt: skip
-    try:
-        session = Session(model, trace["prompt"], **trace["settings"])
-    except ValueError as error:  # another model's trace: say so first, then why it cannot start
-        raise ValueError(" ".join([*notes, f"replay cannot start: {error}"])) from None
-    if session.prompt_ids != trace["prompt_token_ids"]:
-        difference = {"step": 0, "field": "prompt_token_ids", "recorded": trace["prompt"], "replayed": trace["prompt"]}
-        return session, ReplayReport(False, 0, difference, tuple(notes))
-    stopped = None
-    for index, action in enumerate(trace["actions"]):
-        try:
-            _perform(session, action)
-        except ValueError as error:
-            stopped = f"replay stopped at action {index} ({action['kind']}): {error}"
-            notes.append(stopped)
-            break
-    report = _compare(trace["steps"], [step.to_dict() for step in session.steps], notes)
-    if stopped and report.identical:  # the steps agree, but the trace holds an action this model refuses
-        report = ReplayReport(False, report.steps, None, tuple(notes))
-    if getattr(model, "remote", False) and not report.identical:
-        notes.append("the server sampled this replay; inference servers do not always promise the same "
-                     "tokens for the same seed (batching, prefix caches, threads)")  # fmt: skip
-        report = ReplayReport(report.identical, report.steps, report.first_difference, tuple(notes))
-    return session, report
-
-
-def _compare(recorded: list[dict], replayed: list[dict], notes) -> ReplayReport:
-    for index, (old, new) in enumerate(zip(recorded, replayed)):
-        if old != new:
-            field, was, now = _first_different(old, new)
-            difference = {"step": index, "field": field, "token": (old["token"], new["token"]),
-                          "recorded": was, "replayed": now}  # fmt: skip
-            return ReplayReport(False, index, difference, tuple(notes))
-    if len(recorded) != len(replayed):
-        index = min(len(recorded), len(replayed))
-        token = lambda steps: steps[index]["token"] if index < len(steps) else None  # noqa: E731
-        difference = {"step": index, "field": "step count", "token": (token(recorded), token(replayed)),
-                      "recorded": len(recorded), "replayed": len(replayed)}  # fmt: skip
-        return ReplayReport(False, index, difference, tuple(notes))
-    return ReplayReport(True, len(recorded), None, tuple(notes))
-
-
-def _first_different(old, new, path: str = "") -> tuple[str, object, object]:
-    """(where, recorded value, replayed value) of the first leaf that differs, e.g. 'candidates.raw[3]'."""
-    if isinstance(old, dict) and isinstance(new, dict):
-        for key in old:
-            if old[key] != new.get(key):
-                return _first_different(old[key], new.get(key), f"{path}.{key}" if path else key)
-    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
-        for position, (a, b) in enumerate(zip(old, new)):
-            if a != b:
-                return _first_different(a, b, f"{path}[{position}]")
-    return path, old, new
-
-
-def _perform(session, action: dict) -> None:
-    kind = action["kind"]
-    if kind == "sample":
-        session.step()
-    elif kind == "stream":  # one streaming request that gave n tokens before something intervened
-        session.stream_generation = True
-        for _ in range(action["n"]):
-            if session.step() is None:  # the session's own limits bound a count the file claims
-                break
-        session.interrupt()
-        session.stream_generation = False
-    elif kind == "force":
-        session.force_token(action["token_id"])
-        session.step()
-    elif kind == "insert":
-        session.insert_tokens(action["token_ids"], action["source"])
-    elif kind == "choose":
-        session.choose(action["options"], action["source"])
-    elif kind == "settings":
-        session.update_settings(**action["settings"])
-    elif kind == "rules":
-        pass  # replay runs no rule: what the rules inserted follows in the log as insert / choose actions
-    else:
-        session.rewind(action["n"])

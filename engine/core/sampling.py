@@ -12,56 +12,15 @@ Neutral settings are no-ops: top_k None, top_p None or 1, min_p None or 0. Every
 the tokens ranked by score (ties to the lower id), so the filters work on that ranking (`top_ids`).
 """
 
-import math
-import numbers
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from engine.core.checks import MAX_INT, checked_float, checked_int
+
 MIN_TEMPERATURE = 0.01  # the floor guards against overflow in scores / T
 MAX_TEMPERATURE = 100.0  # softmax(scores / 100) is already flat for any real model; the cap keeps it finite
-MAX_INT = 2**31 - 1  # one rule everywhere (engine, CLI, window spin boxes, servers' int32 fields)
 MAX_SEED = MAX_INT
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
-
-
-def checked_int(name: str, value, low: int, high: int, allowed: str) -> int:
-    """value as a plain int (numpy ints too) in [low, high], or a ValueError naming it and what is allowed."""
-    if not _is_int(value) or not low <= value <= high:
-        raise ValueError(f"{name} must be {allowed}, got {value!r:.60}")
-    return int(value)
-
-
-def checked_float(name: str, value, ok, allowed: str) -> float:
-    """value as a plain float (Fraction, numpy floats, ints of any size) for which ok(value) holds, or a
-    ValueError naming it: never OverflowError or TypeError, and NaN fails every ok()."""
-    try:
-        number = float(value) if _is_number(value) else math.nan
-    except (OverflowError, ValueError, TypeError):  # an int of 400 digits, an odd Real subclass
-        number = math.nan
-    if not ok(number):
-        raise ValueError(f"{name} must be {allowed}, got {value!r:.60}")
-    return number
-
-
-def checked_text(text, what: str = "text") -> str:
-    """text that can be encoded as UTF-8, or a ValueError: a lone surrogate (from a broken decoder or an
-    OS path) reaches no tokenizer, whose library would raise TypeError, and no server."""
-    if not isinstance(text, str):
-        raise ValueError(f"{what} must be a string, got {type(text).__name__}")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise ValueError(f"{what} holds a lone surrogate {text[error.start]!r} at position {error.start}: "
-                         "only valid Unicode text can be tokenized") from None  # fmt: skip
-    return text
 
 
 @dataclass(frozen=True)

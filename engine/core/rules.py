@@ -8,11 +8,11 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
-from .sampling import checked_float, checked_int
+from engine.core.checks import checked_float, checked_int
 
 
 @dataclass(frozen=True)

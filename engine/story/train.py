@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import stories
-from .checkpoint import corpus_signature, save_story_model
-from .model import Config, LAYER_NORM_EPS, GELU_C, forward, init_params, merge_heads, split_heads
-from .tokenizer import Tokenizer, train_merges
+from engine.story import corpus as stories
+from engine.story.checkpoint import corpus_signature, save_story_model
+from engine.story.model import GELU_C, LAYER_NORM_EPS, Config, forward, init_params, merge_heads, split_heads
+from engine.story.tokenizer import Tokenizer, train_merges
 
 # --- the backward pass, one function per forward step ------------------------------------------------
 
@@ -172,7 +172,7 @@ def learning_rate(step: int, s: TrainSettings) -> float:
     return s.lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
 
 
-def train(out_dir, config: Config = Config(), settings: TrainSettings = TrainSettings(), log=sys.stderr):
+def train(out_dir, config: Config = Config(), settings: TrainSettings = TrainSettings(), log=sys.stderr):  # noqa: B008 - frozen
     """Train the tokenizer and the model on the training stories; write both to out_dir. Returns a summary."""
     started = time.perf_counter()
     train_stories, dev_stories, _test = stories.split()  # the test stories are never looked at here

@@ -19,9 +19,9 @@ from concurrent.futures import ProcessPoolExecutor
 
 from threadpoolctl import threadpool_limits
 
-from . import stories
-from .sampling import next_token_probs
-from .session import generate
+from engine.core.sampling import next_token_probs
+from engine.core.session import generate
+from engine.story import corpus as stories
 
 SETTINGS = (
     ("greedy", {"temperature": 0.0}),

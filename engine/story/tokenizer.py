@@ -11,6 +11,8 @@ import re
 from collections import Counter
 from functools import lru_cache
 
+from engine.core.checks import UnknownCharacterError
+
 # The base vocabulary, always present whether or not the corpus uses a character: ids 0..29.
 ALPHABET = "\n ,." + "abcdefghijklmnopqrstuvwxyz"
 ALPHABET_DESCRIPTION = "lowercase letters a-z, space, '.', ',' and newline"
@@ -22,15 +24,6 @@ _PIECE = re.compile(r" ?[a-z]+|[.,\n ]")
 def pieces(text: str) -> list[str]:
     """'mia has.' -> ['mia', ' has', '.']: the units merges never cross."""
     return _PIECE.findall(text)
-
-
-class UnknownCharacterError(ValueError):
-    """A character the tokenizer cannot encode; `position` lets an editor point at it."""
-
-    def __init__(self, message: str, character: str, position: int):
-        super().__init__(message)
-        self.character = character
-        self.position = position
 
 
 def check_alphabet(text: str) -> None:

@@ -33,8 +33,8 @@ from dataclasses import dataclass, replace
 
 import httpx
 
-from .sampling import checked_text
-from .steps import Candidates, Step
+from engine.core.checks import checked_text
+from engine.core.steps import Candidates, Step
 
 TOP_N = 20  # alternatives asked for per token
 RETRIES = 3  # connection attempts, with backoff 0.25 s, 0.5 s, ...

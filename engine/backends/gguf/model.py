@@ -28,10 +28,11 @@ from pathlib import Path
 
 import numpy as np
 
-from . import blas_threads, gguf_checks
-from .gguf_checks import NEOX_ROPE, SUPPORTED_ARCHITECTURES  # noqa: F401 - engine.loading imports them from here
-from .gguf_tokenizer import GGUFTokenizer, build_tokenizer
-from .model import checked_ids
+from engine.backends import blas_threads
+from engine.backends.gguf import checks as gguf_checks
+from engine.backends.gguf.checks import NEOX_ROPE, SUPPORTED_ARCHITECTURES  # noqa: F401 - engine.loading imports them from here
+from engine.backends.gguf.tokenizer import GGUFTokenizer, build_tokenizer
+from engine.core.checks import checked_ids
 
 CACHE_SCHEMA = "token-playground/gguf-cache/3"  # 3: meta.json holds digests of itself and of both files
 HEADER_BYTES = 4 << 20  # the metadata (tokenizer included) sits in the first few MB
@@ -230,7 +231,7 @@ def read_gguf(path: Path, progress=None):
     """-> (config, weights {name: float32 array in our layout}, tokenizer spec, Hugging Face tokenizer, name).
     ValueError naming the file (and the key or tensor) on files that are not GGUF, are cut short, hold an
     architecture or quantization this engine cannot run, or whose metadata and tensor shapes disagree: all
-    of it checked (engine/gguf_checks.py) and the tokenizer built before the bulk is dequantized."""
+    of it checked (engine/backends/gguf/checks.py) and the tokenizer built before the bulk is dequantized."""
     import gguf
     from gguf.quants import dequantize
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .rules import Rule
-from .sampling import Settings, draw
-from .steps import SOURCES, Candidates, Step, StepMaker
+from engine.core.rules import Rule
+from engine.core.sampling import Settings, draw
+from engine.core.steps import SOURCES, Candidates, Step, StepMaker
 
 
 class Session:
@@ -293,8 +293,8 @@ class Session:
         return GenerationResult(self.text, list(self.steps), self.stopped, self.settings)
 
     def trace(self) -> dict:
-        """The whole run as JSON-ready data (schema in engine/trace.py); replay() repeats it."""
-        from .trace import session_trace
+        """The whole run as JSON-ready data (schema in engine/core/trace.py); replay() repeats it."""
+        from engine.core.trace import session_trace
 
         return session_trace(self)
 

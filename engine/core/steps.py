@@ -2,7 +2,7 @@
 
 from dataclasses import asdict, dataclass, fields
 
-from .sampling import Settings, model_rank, sampling_stages, softmax, top_ids
+from engine.core.sampling import Settings, model_rank, sampling_stages, softmax, top_ids
 
 TOP_CANDIDATES = 20  # candidates kept per step: the chart's bars
 SOURCES = ("model", "forced", "rule", "tool")
