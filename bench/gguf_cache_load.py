@@ -61,7 +61,9 @@ def main() -> None:
     for _ in range(args.rounds):
         done = subprocess.run([sys.executable, "-c", ROUND], capture_output=True, text=True, check=True)
         rounds.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    print(f"SmolLM2 float32 cache, {rounds[0]['megabytes']:.0f} MB of weights; {args.rounds} rounds, fresh process each")
+    print(
+        f"SmolLM2 float32 cache, {rounds[0]['megabytes']:.0f} MB of weights; {args.rounds} rounds, fresh process each"
+    )
     for key, label in (("cold", "cached load, cold-ish (page cache dropped)"), ("warm", "cached load, warm"),
                        ("sha256", "verify: sha256 of weights + tokenizer in memory"),
                        ("blake2b", "        blake2b of the same, for comparison")):  # fmt: skip

@@ -184,8 +184,10 @@ def main():
         print(f"  numpy engine (model.decode) with BLAS held at 1 or 2 threads, {args.tokens // 4} tokens:")
         for (count, busy), values in sorted(threads.items(), key=lambda kv: (kv[0][1], kv[0][0])):
             firsts, rates = zip(*values)
-            print(f"    {'busy' if busy else 'quiet'} {count} thread{'s' * (count > 1)}: "
-                  f"200-token prompt {span(firsts, '{:.2f}')} s   decode {span(rates, '{:.1f}')} tokens/s")
+            print(
+                f"    {'busy' if busy else 'quiet'} {count} thread{'s' * (count > 1)}: "
+                f"200-token prompt {span(firsts, '{:.2f}')} s   decode {span(rates, '{:.1f}')} tokens/s"
+            )
     print(f"command: python bench/gguf_speed.py --tokens {args.tokens} --rounds {args.rounds}")
 
 

@@ -99,10 +99,14 @@ def main():
         print(f"  step through the server (1 token per request, top 20) median {step * 1000:6.1f} ms")
         print(f"  step right after rewinding 5 tokens (prefix cache)         median {after_rewind * 1000:6.1f} ms")
         print(f"  streaming through engine.Session, with top-20 logprobs     {streamed:6.1f} tokens/s")
-        print(f"  the server streaming on its own, with top-20 logprobs      {raw_logprobs:6.1f} tokens/s"
-              f"  (Session: {streamed / raw_logprobs:.2f}x)")
-        print(f"  the server streaming on its own, no logprobs               {raw:6.1f} tokens/s"
-              f"  (Session: {streamed / raw:.2f}x)")
+        print(
+            f"  the server streaming on its own, with top-20 logprobs      {raw_logprobs:6.1f} tokens/s"
+            f"  (Session: {streamed / raw_logprobs:.2f}x)"
+        )
+        print(
+            f"  the server streaming on its own, no logprobs               {raw:6.1f} tokens/s"
+            f"  (Session: {streamed / raw:.2f}x)"
+        )
         print("command: python bench/remote_speed.py")
     finally:
         if server is not None:

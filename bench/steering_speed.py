@@ -75,9 +75,13 @@ def main():
                          ("with 3 rules (one fires)", {"rules": [COLOR_RULE, *IDLE_RULES]})):  # fmt: skip
         times = step_times(model, prompts, **kwargs)
         print(f"  {name:26s} {statistics.median(times) * 1e6:7.0f} us  ({len(times)} steps)")
-    k, batched, single = insert_versus_steps(model, prompts[0], " mia goes to the park. at the park, mia gives the ball")
-    print(f"insert {k} tokens: one batched forward {batched * 1e3:.2f} ms, {k} forced steps {single * 1e3:.2f} ms "
-          f"({single / batched:.1f}x)")
+    k, batched, single = insert_versus_steps(
+        model, prompts[0], " mia goes to the park. at the park, mia gives the ball"
+    )
+    print(
+        f"insert {k} tokens: one batched forward {batched * 1e3:.2f} ms, {k} forced steps {single * 1e3:.2f} ms "
+        f"({single / batched:.1f}x)"
+    )
     rewinds = rewind_times(model, prompts[0])
     print("rewind n steps: " + ", ".join(f"n={n} {t * 1e6:.0f} us" for n, t in rewinds.items()) + " (no forward pass)")
     print("command: python bench/steering_speed.py")

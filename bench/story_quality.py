@@ -27,8 +27,10 @@ def main():
     started = time.perf_counter()
     for name, split in (("dev", dev), ("test", test)):
         well_formed, keeps = score(model, split)
-        print(f"{name:4s} {len(split):3d} stories: well formed {well_formed}/{len(split)}, "
-              f"keeps color and object {keeps}/{len(split)}")
+        print(
+            f"{name:4s} {len(split):3d} stories: well formed {well_formed}/{len(split)}, "
+            f"keeps color and object {keeps}/{len(split)}"
+        )
     print(f"({time.perf_counter() - started:.1f} s)  command: python bench/story_quality.py")
 
 

@@ -201,8 +201,10 @@ def main():
     costs = {kind: append_cost(app, model, kind == "story lines") for kind in ("story lines", "one paragraph")}
     print(f"story after story for {args.seconds:g} s at T 1.0")
     print(f"  bare engine (engine.generate)  {bare:8.0f} tokens/s")
-    print(f"  window (worker + view + chart) {rate:8.0f} tokens/s  = {rate / bare:.2f}x the bare engine "
-          f"({stories_done} stories)")
+    print(
+        f"  window (worker + view + chart) {rate:8.0f} tokens/s  = {rate / bare:.2f}x the bare engine "
+        f"({stories_done} stories)"
+    )
     print(f"  longest GUI event-loop stall   {stall:8.0f} ms  (10 ms heartbeat; goal <= 50 ms)")
     for kind, (early, late, count) in costs.items():
         print(f"appending 10 tokens to the view ({kind}): {early:.2f} ms at token 10, {late:.2f} ms at token {count:,}")

@@ -32,7 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "http://127.0.0.1:8080/v1")  # fmt: skip
     gen.add_argument("--chat", action="store_true",
                      help="send the prompt as a user's turn in the model's own chat template")  # fmt: skip
-    gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); else softmax(scores / T), T >= 0.01")
+    gen.add_argument(
+        "--temperature", type=float, default=0.0, help="0 = greedy (default); else softmax(scores / T), T >= 0.01"
+    )
     gen.add_argument("--top-k", type=_optional(int), default=None, help="keep the k most likely tokens (default: off)")
     gen.add_argument("--top-p", type=_optional(float), default=None,
                      help="keep the smallest set of likely tokens whose probabilities sum to p (default: off)")  # fmt: skip
@@ -99,7 +101,9 @@ def probability_table(steps) -> str:
     lines = [f"{'step':>4}  {'token':<20} {'drawn p':>9} {'model p':>9} {'rank':>5}  source"]
     for index, step in enumerate(steps, 1):
         drawn, model = (f"{p:.4f}" if p is not None else "unknown" for p in (step.probability, step.model_probability))
-        lines.append(f"{index:>4}  {repr(step.token):<20} {drawn:>9} {model:>9} {step.model_rank or '?':>5}  {step.source}")
+        lines.append(
+            f"{index:>4}  {repr(step.token):<20} {drawn:>9} {model:>9} {step.model_rank or '?':>5}  {step.source}"
+        )
     return "\n".join(lines)
 
 

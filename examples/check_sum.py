@@ -1,6 +1,6 @@
 """A small real test script for the CommandTool demonstration: exits 0 when its tests pass, 1 when not.
 
-    python examples/check_sum.py [--break]
+python examples/check_sum.py [--break]
 """
 
 import sys

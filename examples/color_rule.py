@@ -58,8 +58,10 @@ def main():
     result = run(temperature=args.temperature)
     for name in ("without rule", "with rule"):
         r = result[name]
-        print(f"T {result['temperature']}, {name:12s}: well formed {r['well_formed']}/60, "
-              f"keeps color and object {r['keeps_color_and_object']}/60")
+        print(
+            f"T {result['temperature']}, {name:12s}: well formed {r['well_formed']}/60, "
+            f"keeps color and object {r['keeps_color_and_object']}/60"
+        )
     print(f"the rule fired in {result['rule fired']} of 60 stories")
 
 

@@ -41,7 +41,9 @@ def main():
     args = parser.parse_args()
     result = run()
     print(f"prompt:            {result['prompt']!r}")
-    print(f"model would write: {result['model would write']!r} (p = {result['model probability of its own choice']:.4f})")
+    print(
+        f"model would write: {result['model would write']!r} (p = {result['model probability of its own choice']:.4f})"
+    )
     p_purple = result["model probability of purple"]
     print(f"inserted:          {result['inserted tokens']} (the model's p of ' purple' = {p_purple:.3g})")
     print(f"model continues:   {result['continuation']!r} [{result['stopped']}]")

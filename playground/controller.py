@@ -165,8 +165,12 @@ class Controller(QObject):
         """Whether the command carries on the current session (same prompt, not a trace being viewed);
         the worker then goes on, or says why it cannot."""
         session = self.worker.session
-        return (session is not None and not self._discarding  # a Reset the worker has yet to do ends it
-                and session.prompt == request["prompt"] and not self.trace_viewed)
+        return (
+            session is not None
+            and not self._discarding  # a Reset the worker has yet to do ends it
+            and session.prompt == request["prompt"]
+            and not self.trace_viewed
+        )
 
     def stop(self) -> None:
         if self.loading:
@@ -252,7 +256,8 @@ class Controller(QObject):
         tokenizer = (model or self.model).tokenizer
         token_bytes = getattr(tokenizer, "token_bytes", None)
         self.window.token_view.set_token_bytes(
-            (lambda token_id, _token: token_bytes(token_id)) if token_bytes else _raw_bytes)
+            (lambda token_id, _token: token_bytes(token_id)) if token_bytes else _raw_bytes
+        )
 
     def insert(self) -> None:
         text = self.window.insert_edit.text()
@@ -323,8 +328,10 @@ class Controller(QObject):
         source = getattr(self.model, "url", None) or getattr(self.model, "source", None)
         for index in range(picker.count()):
             data = picker.itemData(index)
-            if (data is None and source is None) or data == source or (
-                data == "smollm2" and source and source == str(engine.smollm2_path())
+            if (
+                (data is None and source is None)
+                or data == source
+                or (data == "smollm2" and source and source == str(engine.smollm2_path()))
             ):
                 return index
         return 0
@@ -424,7 +431,9 @@ class Controller(QObject):
     def _prompt_problem(self, key: str) -> tuple[str | None, int | None]:
         """(the engine's message, the offending position) or (None, None) when the model can take it."""
         if getattr(self.model.tokenizer, "remote", False):  # a server tokenizes: never from the GUI thread
-            return (None, None) if self.prompt_text() else ("empty prompt: type something for the model to continue", None)
+            return (
+                (None, None) if self.prompt_text() else ("empty prompt: type something for the model to continue", None)
+            )
         try:
             prompt = self.prompt_text()
             ids = self.model.tokenizer.encode(prompt)
@@ -435,7 +444,10 @@ class Controller(QObject):
         if not prompt:
             return "empty prompt: type something for the model to continue", None
         if len(ids) > self.model.context_length:
-            return f"prompt of {len(ids)} tokens is longer than the {self.model.context_length} positions the model has", None
+            return (
+                f"prompt of {len(ids)} tokens is longer than the {self.model.context_length} positions the model has",
+                None,
+            )
         return None, None
 
     def _check_insert(self) -> bool:
@@ -510,8 +522,9 @@ class Controller(QObject):
         elif self._next is None:
             self.window.chart.clear("The context is full: no next token")
         else:
-            self._show_candidates(self._next, None, view.step_count(),
-                                  "Next token: click a bar to force it as the next step")
+            self._show_candidates(
+                self._next, None, view.step_count(), "Next token: click a bar to force it as the next step"
+            )
 
     def _on_finished(self, reason: str, rate: float) -> None:
         if self._discarding:

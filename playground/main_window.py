@@ -54,7 +54,9 @@ class MainWindow(QMainWindow):
         self.insert_error.setWordWrap(True)  # a long message wraps instead of widening the window
         self.insert_error.hide()
         self.continue_button = QPushButton("Continue from here", objectName="continueButton")
-        self.continue_button.setToolTip("Rewind to the selected token and generate a new branch with the current settings")
+        self.continue_button.setToolTip(
+            "Rewind to the selected token and generate a new branch with the current settings"
+        )
         self.continue_button.setEnabled(False)
         self.hint = QLabel(HINT, objectName="hintLabel")
         self.hint.setWordWrap(True)

@@ -33,6 +33,8 @@ def why_it_cannot_go_on(session) -> str | None:
         return (f"The model ended the text ({reason}): Step and Generate cannot go on. Insert text to "
                 "continue it, click a token to branch from there, or Reset to start over.")  # fmt: skip
     return None
+
+
 TICK_SECONDS = 0.004  # a turn of generation: short enough that a click is taken within a few ms
 
 

@@ -29,8 +29,11 @@ def sources(folder: str) -> list[Path]:
 
 @pytest.mark.parametrize("path", sources("engine/core"), ids=lambda p: p.name)
 def test_the_core_imports_no_backend_and_no_story_model(path):
-    outside = {m for m in imported_modules(path)
-               if m == "engine" or m.startswith(("engine.backends", "engine.story", "engine.loading", "engine.__"))}
+    outside = {
+        m
+        for m in imported_modules(path)
+        if m == "engine" or m.startswith(("engine.backends", "engine.story", "engine.loading", "engine.__"))
+    }
     assert not outside, f"{path.relative_to(ROOT)} imports {sorted(outside)}"
 
 

@@ -297,7 +297,9 @@ def test_a_huge_declared_context_allocates_only_the_capped_positions(tmp_path, c
 
 @pytest.mark.parametrize("requested", [0, -1, 1.5, True, "64", 2**0.5])
 def test_a_requested_context_length_is_checked(tiny, requested):
-    with pytest.raises(ValueError, match=f"context_length is {re.escape(repr(requested))}; it must be a positive integer"):
+    with pytest.raises(
+        ValueError, match=f"context_length is {re.escape(repr(requested))}; it must be a positive integer"
+    ):
         engine.load_model(tiny, context_length=requested)
 
 
@@ -331,7 +333,9 @@ VALUES = st.one_of(
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(overrides=st.dictionaries(st.sampled_from(CHECKED_KEYS), VALUES, min_size=1, max_size=3))
 def test_any_metadata_either_runs_or_is_refused_with_a_value_error(tmp_path, cache_dir, overrides):
-    path = tiny_gguf.write(tmp_path / f"any-{os.urandom(6).hex()}.gguf", tiny_gguf.random_weights(seed=1), metadata=overrides)
+    path = tiny_gguf.write(
+        tmp_path / f"any-{os.urandom(6).hex()}.gguf", tiny_gguf.random_weights(seed=1), metadata=overrides
+    )
     try:
         model = engine.load_model(path)
     except ValueError as error:

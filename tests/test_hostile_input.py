@@ -163,7 +163,9 @@ def test_a_stream_count_beyond_what_the_trace_holds_does_not_hang(trace, story_m
     started = time.monotonic()
     report = engine.replay(claimed, story_model)
     assert time.monotonic() - started < 10
-    assert not report.identical and report.summary().startswith("replay stopped at action 12 (rewind): can rewind 0 to 12")
+    assert not report.identical and report.summary().startswith(
+        "replay stopped at action 12 (rewind): can rewind 0 to 12"
+    )
 
 
 def test_another_models_trace_says_so_first(story_model, tmp_path, monkeypatch):
@@ -370,7 +372,9 @@ json_junk = st.recursive(
 )  # fmt: skip
 
 
-@settings(max_examples=700, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=700, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(data=st.data())
 def test_trace_fields_of_any_value_load_and_replay_or_raise_value_errors(story_model, rich_trace, tmp_path, data):
     trace = json.loads(json.dumps(rich_trace))

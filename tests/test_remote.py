@@ -280,7 +280,10 @@ def test_a_server_that_answers_garbage(fake_server):
 @pytest.mark.parametrize("behaviour", sorted(BAD_LOGPROBS))
 def test_logprobs_of_an_unknown_shape_are_refused_clearly(fake_server, behaviour):
     # the message names the field that was wrong and what was expected there
-    with pytest.raises(ValueError, match=r"server at http://127.0.0.1:\d+ answered /v1/completions with choices\[0\]\.logprobs\..+ = .+, expected "):
+    with pytest.raises(
+        ValueError,
+        match=r"server at http://127.0.0.1:\d+ answered /v1/completions with choices\[0\]\.logprobs\..+ = .+, expected ",
+    ):
         engine.load_model(fake_server(behaviour))
 
 

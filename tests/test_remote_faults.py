@@ -43,7 +43,11 @@ def answer(payload) -> dict:
     for _ in range(payload["max_tokens"]):
         entries.append((max(top(last), key=top(last).get), last))
         last = entries[-1][0]
-    choice = {"text": "".join(chr(t) for t, _ in entries), "logprobs": completions_form(entries), "finish_reason": "length"}
+    choice = {
+        "text": "".join(chr(t) for t, _ in entries),
+        "logprobs": completions_form(entries),
+        "finish_reason": "length",
+    }
     return {"choices": [choice], "usage": {"completion_tokens": payload["max_tokens"]}}
 
 
@@ -138,7 +142,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         `count` tokens."""
         lp = good["choices"][0]["logprobs"]
         for i, text in enumerate(lp["tokens"][:count]):
-            chunk = {"choices": [{"text": text, "logprobs": {k: v[i : i + 1] for k, v in lp.items()}, "finish_reason": None}]}
+            chunk = {
+                "choices": [{"text": text, "logprobs": {k: v[i : i + 1] for k, v in lp.items()}, "finish_reason": None}]
+            }
             self.chunk(b"data: " + json.dumps(mutate(chunk) if mutate else chunk).encode() + b"\n\n")
         if count is None:
             end = {"choices": [{"text": "", "logprobs": None, "finish_reason": "length"}]}
@@ -306,7 +312,9 @@ def test_a_malformed_answer_is_refused_and_the_session_stays(server, tmp_path, f
     session = started(model)
     before = snapshot(session)
     server.fault = fault
-    with pytest.raises(ValueError, match=rf"^server at {server.url[:-3]} answered /v1/completions with .*{MALFORMED[fault][1]}"):
+    with pytest.raises(
+        ValueError, match=rf"^server at {server.url[:-3]} answered /v1/completions with .*{MALFORMED[fault][1]}"
+    ):
         ACTIONS[action](session)
     unchanged_and_usable(session, before, server, tmp_path)
 

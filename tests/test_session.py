@@ -193,14 +193,18 @@ def test_a_failing_tool_does_not_end_the_session(story_model):
 def test_command_tool_turns_every_failure_into_readable_text(tmp_path):
     ok = engine.CommandTool([sys.executable, "-c", "import sys; print(sys.stdin.read()[-5:])"])
     assert ok("hello world") == "world\n"
-    assert engine.CommandTool([sys.executable, "-c", "import sys; sys.exit(3)"])("x") == "[command exited with status 3]"
+    assert (
+        engine.CommandTool([sys.executable, "-c", "import sys; sys.exit(3)"])("x") == "[command exited with status 3]"
+    )
     slow = engine.CommandTool([sys.executable, "-c", "import time; time.sleep(5)"], timeout=0.2)
     assert slow("x") == "[command timed out after 0.2 s]"
     missing = engine.CommandTool([str(tmp_path / "no-such-program")])("x")
     assert missing.startswith("[command could not run:")
     long = engine.CommandTool([sys.executable, "-c", "print('a' * 10000)"], max_output=100)
     assert long("x") == "a" * 100
-    outcome = engine.CommandTool([sys.executable, "-c", "import sys; sys.exit(1)"], on_exit={0: " passed"}, otherwise=" failed")
+    outcome = engine.CommandTool(
+        [sys.executable, "-c", "import sys; sys.exit(1)"], on_exit={0: " passed"}, otherwise=" failed"
+    )
     assert outcome("x") == " failed"
 
 

@@ -92,7 +92,7 @@ def test_chat_generation_ends_with_end_of_text(smollm2):
     prompt = smollm2.chat_prompt("What is the capital of France?")
     assert prompt.startswith("<|im_start|>system\n") and prompt.endswith("<|im_start|>assistant\n")
     result = engine.generate(smollm2, prompt, max_new_tokens=24)
-    assert "Paris" in result.text[len(prompt):]
+    assert "Paris" in result.text[len(prompt) :]
     assert result.stopped == "end of text" and result.steps[-1].token == "<|im_end|>"
 
 

@@ -32,7 +32,7 @@ def test_word_lists_are_big_enough():
 
 def test_good_story_with_or_without_the_prompt_and_after_a_newline():
     assert follows_story(FIRST, GOOD) == {"well_formed": True, "keeps_color_and_object": True}
-    assert follows_story(FIRST, GOOD[len(FIRST):]) == {"well_formed": True, "keeps_color_and_object": True}
+    assert follows_story(FIRST, GOOD[len(FIRST) :]) == {"well_formed": True, "keeps_color_and_object": True}
     assert follows_story(FIRST, GOOD + "\nben has a tan mug.")["keeps_color_and_object"]
 
 
@@ -52,7 +52,7 @@ def test_broken_stories_are_not_well_formed():
         GOOD + " now ben has the red ball.",  # five sentences
         GOOD.replace("red ball.", "red dragon."),  # not a word of the corpus
         GOOD[:-1],  # no final period
-        "ben has a red ball." + GOOD[len(FIRST):],  # does not begin with the prompt
+        "ben has a red ball." + GOOD[len(FIRST) :],  # does not begin with the prompt
     ]
     for text in broken:
         assert follows_story(FIRST, text) == {"well_formed": False, "keeps_color_and_object": False}, text

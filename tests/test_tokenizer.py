@@ -62,4 +62,3 @@ def test_json_round_trip_and_refusal_of_bad_files(tokenizer):
     for bad in ("not json", "[]", '{"schema": "other"}', tokenizer.to_json().replace('"merges"', '"m"')):
         with pytest.raises(ValueError):
             Tokenizer.from_json(bad)
-

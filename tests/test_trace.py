@@ -97,8 +97,12 @@ def test_replay_says_where_it_differs(story_model):
     report = engine.replay(other_seed, story_model)
     assert not report.identical
     first = next(i for i, s in enumerate(trace["steps"]) if s["draw"] is not None)
-    assert report.first_difference["step"] == first and report.first_difference["field"] == "token_id" or \
-        report.first_difference["field"] == "probability" or report.first_difference["field"] == "draw"
+    assert (
+        report.first_difference["step"] == first
+        and report.first_difference["field"] == "token_id"
+        or report.first_difference["field"] == "probability"
+        or report.first_difference["field"] == "draw"
+    )
     tampered = json.loads(json.dumps(trace))
     tampered["steps"][3]["probability"] = 0.123
     report = engine.replay(tampered, story_model)

@@ -265,7 +265,11 @@ def test_forced_tokens_on_a_red_background_are_readable(qtbot, window):
     fmt = view.format_at(1)
     assert view.steps()[1].source == "forced" and fmt.fontUnderline()
     palette = view.palette()
-    text = fmt.foreground().color() if fmt.hasProperty(fmt.Property.ForegroundBrush) else palette.color(QPalette.ColorRole.Text)
+    text = (
+        fmt.foreground().color()
+        if fmt.hasProperty(fmt.Property.ForegroundBrush)
+        else palette.color(QPalette.ColorRole.Text)
+    )
     background = _over(fmt.background().color(), palette.color(QPalette.ColorRole.Base))
     light, dark = sorted((_luminance(text), _luminance(background)), reverse=True)
     assert (light + 0.05) / (dark + 0.05) >= 4.5  # WCAG AA for normal text

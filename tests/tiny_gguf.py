@@ -17,7 +17,9 @@ CHAT_TEMPLATE = (
 
 def byte_tokens() -> list[str]:
     """GPT-2's printable stand-ins for the 256 bytes (what byte-level BPE vocabularies hold)."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    printable = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    )
     chars, extra = list(printable), 0
     for byte in range(256):
         if byte not in printable:
@@ -142,7 +144,9 @@ def gguf_tensors(weights: dict, arch="llama", quantize_ffn=False) -> dict:
     return tensors
 
 
-def write(path: Path, weights: dict, arch="llama", quantize_ffn=False, add_bos=False, metadata=None, tensors=None) -> Path:
+def write(
+    path: Path, weights: dict, arch="llama", quantize_ffn=False, add_bos=False, metadata=None, tensors=None
+) -> Path:
     """metadata: key -> a value (stored as typed() says), a (value, type, item type) triple, or DROP;
     tensors: name -> a float32 array, or DROP. Both replace or add to what a well-formed file holds."""
     writer = gguf.GGUFWriter(str(path), arch=arch)
@@ -153,7 +157,12 @@ def write(path: Path, weights: dict, arch="llama", quantize_ffn=False, add_bos=F
         if entry is not DROP:
             writer.add_key_value(key, *entry)
     arrays = gguf_tensors(weights, arch, quantize_ffn)
-    arrays.update({name: value if value is DROP else (np.asarray(value, np.float32), None) for name, value in (tensors or {}).items()})
+    arrays.update(
+        {
+            name: value if value is DROP else (np.asarray(value, np.float32), None)
+            for name, value in (tensors or {}).items()
+        }
+    )
     for name, entry in arrays.items():
         if entry is not DROP:
             array, raw_dtype = entry

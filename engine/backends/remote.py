@@ -454,7 +454,7 @@ class RemoteModel:
         try:
             return check(answer)
         except _Malformed as bad:
-            raise ValueError(f"server at {self.root} answered {url[len(self.root):]} with {bad}") from None
+            raise ValueError(f"server at {self.root} answered {url[len(self.root) :]} with {bad}") from None
 
     def close(self) -> None:
         self.client.close()

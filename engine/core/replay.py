@@ -46,7 +46,9 @@ def replay_session(trace: dict, model):
     validate_trace(trace)
     notes = []
     recorded_model = trace["model"]
-    if recorded_model["weights_sha256"] != model.weights_sha256 or recorded_model.get("url") != getattr(model, "root", None):
+    if recorded_model["weights_sha256"] != model.weights_sha256 or recorded_model.get("url") != getattr(
+        model, "root", None
+    ):
         notes.append(f"recorded with {recorded_model['name']} {recorded_model['weights_sha256'][:12]}, "
                      f"replayed with {model.name} {model.weights_sha256[:12]}")  # fmt: skip
     try:

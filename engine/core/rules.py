@@ -85,7 +85,12 @@ class CommandTool:
     _lock = threading.Lock()
 
     def __init__(self, argv, timeout=10.0, max_output=4096, on_exit=None, otherwise=None, name=None):
-        if isinstance(argv, str) or not isinstance(argv, (list, tuple)) or not argv or not all(isinstance(a, str) for a in argv):
+        if (
+            isinstance(argv, str)
+            or not isinstance(argv, (list, tuple))
+            or not argv
+            or not all(isinstance(a, str) for a in argv)
+        ):
             raise ValueError("a command must be a non-empty list of argument strings (no shell)")
         self.timeout = checked_float("timeout", timeout, lambda t: 0 < t <= MAX_TIMEOUT,
                                      f"a number of seconds in (0, {MAX_TIMEOUT}]")  # fmt: skip

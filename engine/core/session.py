@@ -350,7 +350,9 @@ class Session:
         one echoing request, or one request per token where the server does not echo); each step is its
         id's own text, so the text grows by exactly the steps."""
         scored = self.model.score(self.ids, self.text, token_ids)
-        steps = [self.model.make_step(token, source, options if index == 0 else None) for index, token in enumerate(scored)]
+        steps = [
+            self.model.make_step(token, source, options if index == 0 else None) for index, token in enumerate(scored)
+        ]
         return [self._append_step(step, None) for step in steps]  # appended only once all are known
 
     def _handed_to_caller(self, steps: list[Step]) -> list[Step]:

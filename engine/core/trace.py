@@ -130,7 +130,9 @@ def _check_action(index, action) -> None:
 
     if kind == "force" and not ints([action.get("token_id")]):
         raise ValueError(f"{where}: a force needs an int 'token_id'")
-    if kind == "insert" and (not ints(action.get("token_ids")) or action.get("source") not in ("forced", "rule", "tool")):
+    if kind == "insert" and (
+        not ints(action.get("token_ids")) or action.get("source") not in ("forced", "rule", "tool")
+    ):
         raise ValueError(f"{where}: an insert needs 'token_ids' (ints) and a source forced/rule/tool")
     if kind == "choose" and (
         not isinstance(action.get("options"), list) or not all(isinstance(o, str) for o in action["options"])
@@ -157,8 +159,10 @@ def _check_counts(trace: dict) -> None:
     streamed = sum(a["n"] for a in trace["actions"] if a["kind"] == "stream")
     rewound = sum(a["n"] for a in trace["actions"] if a["kind"] == "rewind")
     if streamed > len(trace["steps"]) + rewound:
-        raise ValueError(f"trace field 'actions': its streams claim {streamed} tokens, more than the "
-                         f"{len(trace['steps'])} steps and {rewound} rewound tokens it holds")
+        raise ValueError(
+            f"trace field 'actions': its streams claim {streamed} tokens, more than the "
+            f"{len(trace['steps'])} steps and {rewound} rewound tokens it holds"
+        )
 
 
 def _check_rules(where: str, rules) -> None:

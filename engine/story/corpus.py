@@ -87,8 +87,9 @@ def follows_story(first_sentence: str, generated: str) -> dict[str, bool]:
     match = _STORY_SHAPE.fullmatch(line)
     if match is None or not line.startswith(first_sentence):
         return {"well_formed": False, "keeps_color_and_object": False}
-    (giver, color, obj, goer, _place, _place_again, gives, _obj_given, _receiver,
-     _owner, last_color, last_obj) = match.groups()
+    (giver, color, obj, goer, _place, _place_again, gives, _obj_given, _receiver, _owner, last_color, last_obj) = (
+        match.groups()
+    )
     well_formed = goer == giver and gives == giver
     keeps = well_formed and last_color == color and last_obj == obj
     return {"well_formed": well_formed, "keeps_color_and_object": keeps}

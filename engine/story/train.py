@@ -205,7 +205,9 @@ def train(out_dir, config: Config = Config(), settings: TrainSettings = TrainSet
             print(
                 f"\rstep {step + 1:5d}/{settings.steps}  train loss {loss:.4f}  dev loss {dev_loss:.4f}  "
                 f"tokens/s {rate:8.0f}",
-                end="", file=log, flush=True,
+                end="",
+                file=log,
+                flush=True,
             )
     print(file=log)
     dev_loss, best_params, best_step = best

@@ -69,7 +69,9 @@ class Controls(QWidget):
     def __init__(self, vocab_size: int, context_length: int, parent=None):
         super().__init__(parent)
         self.model_picker = QComboBox(objectName="modelPicker")
-        self.model_picker.setToolTip("The model to run: the built-in story model, SmolLM2 when installed, or a GGUF file")
+        self.model_picker.setToolTip(
+            "The model to run: the built-in story model, SmolLM2 when installed, or a GGUF file"
+        )
         self.chat_format = QCheckBox("Chat format", objectName="chatFormatBox")
         self.chat_format.setToolTip("Send the prompt as a user's turn, rendered with the model's own chat template")
         self.chat_format.setEnabled(False)

@@ -52,7 +52,8 @@ class RulesPanel(QWidget):
         self.table.setObjectName("rulesTable")
         self.table.setHorizontalHeaderLabels(list(HEADERS))
         self.table.horizontalHeaderItem(WHEN).setToolTip(
-            "when the text ends with this (with Regex: when a match of it ends at the end of the text)")
+            "when the text ends with this (with Regex: when a match of it ends at the end of the text)"
+        )
         self.table.horizontalHeaderItem(VALUE).setToolTip(
             "insert: the text; choose: options separated by | (e.g. ' passed| failed'); command: a program and its arguments"
         )
@@ -71,7 +72,9 @@ class RulesPanel(QWidget):
         self.add_button = QPushButton("Add rule", objectName="addRuleButton")
         self.remove_button = QPushButton("Remove", objectName="removeRuleButton")
         self.allow_commands = QCheckBox("Allow commands", objectName="allowCommandsBox")
-        self.allow_commands.setToolTip("Let 'run command' rules run programs (off by default; a trace never turns it on)")
+        self.allow_commands.setToolTip(
+            "Let 'run command' rules run programs (off by default; a trace never turns it on)"
+        )
         self.add_button.clicked.connect(lambda: self.add_rule())
         self.remove_button.clicked.connect(self._remove_selected)
         self.table.itemChanged.connect(lambda _item: self.rulesChanged.emit())

@@ -19,8 +19,10 @@ from ..token_text import REPLACEMENT, candidate_label, incomplete_tail, pending_
 MAX_BLOCK_CHARS = 1500
 COLOR_LEVELS = 20
 SOURCE_COLORS = {"forced": "#e67e22", "rule": "#8e44ad", "tool": "#16a085"}  # readable on light and dark
-EMPTY_HINT = ("The model's text appears here, each token on a color from red (unlikely) to green (likely). "
-              "Press Generate (Ctrl+Return) or Step (Ctrl+→).")
+EMPTY_HINT = (
+    "The model's text appears here, each token on a color from red (unlikely) to green (likely). "
+    "Press Generate (Ctrl+Return) or Step (Ctrl+→)."
+)
 SHADE_ALPHA = (0.30, 0.50)  # alternate tokens: neighbours of similar probability still show where each ends
 SOURCE_LABELS = {"model": "drawn by the model", "forced": "forced by you", "rule": "inserted by a rule",
                  "tool": "inserted by a tool"}  # fmt: skip
@@ -242,7 +244,9 @@ class TokenView(QPlainTextEdit):
         last = first
         while last + 1 < len(self._pieces) and not self._pieces[last + 1]:
             last += 1
-        together = f"steps {first + 1}-{last + 1} spell {html.escape(repr(self._pieces[first]))}" if last > first else ""
+        together = (
+            f"steps {first + 1}-{last + 1} spell {html.escape(repr(self._pieces[first]))}" if last > first else ""
+        )
         return (f"token id {step.token_id}, bytes {html.escape(pending_label(self._bytes(step)))}"
                 f"{'; ' + together if together else ''}<br>")  # fmt: skip
 

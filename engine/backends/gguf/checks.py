@@ -151,7 +151,9 @@ def check_config(config) -> None:
         checked_int(f"{arch}.{key}", getattr(config, field), maximum=None if field == "context_length" else MAX_COUNT)
     checked_int("the vocabulary size (token_embd.weight's rows)", config.vocab_size)
     if config.head_dim % 2:
-        raise ValueError(f"{arch}.attention.key_length is {config.head_dim}; it must be even (rotary embeddings turn pairs)")
+        raise ValueError(
+            f"{arch}.attention.key_length is {config.head_dim}; it must be even (rotary embeddings turn pairs)"
+        )
     if config.n_heads % config.n_kv_heads:
         raise ValueError(f"{arch}.attention.head_count_kv is {config.n_kv_heads}; it must be a positive integer "
                          f"that divides {arch}.attention.head_count ({config.n_heads})")  # fmt: skip
@@ -161,7 +163,9 @@ def check_config(config) -> None:
         if type(getattr(config, flag)) is not bool:
             raise ValueError(f"{flag} is {getattr(config, flag)!r}; it must be true or false")
     if config.rope_neox != (arch in NEOX_ROPE):
-        raise ValueError(f"rope_neox is {config.rope_neox}, but {arch} models use {'neox' if arch in NEOX_ROPE else 'normal'} rope")
+        raise ValueError(
+            f"rope_neox is {config.rope_neox}, but {arch} models use {'neox' if arch in NEOX_ROPE else 'normal'} rope"
+        )
 
 
 def expected_tensors(config) -> dict:
@@ -204,7 +208,9 @@ def check_tensors(config, shapes: dict) -> None:
         if name not in shapes:
             raise ValueError(f"tensor {name} is missing")
         if tuple(shapes[name]) != shape:
-            raise ValueError(f"tensor {name} has shape {list(shapes[name])}; the metadata makes it {list(shape)} ({why})")
+            raise ValueError(
+                f"tensor {name} has shape {list(shapes[name])}; the metadata makes it {list(shape)} ({why})"
+            )
     for name in shapes:
         block = _BLOCK_TENSOR.match(name)
         if block and name not in expected:
@@ -216,7 +222,9 @@ def check_tensors(config, shapes: dict) -> None:
 
 def checked_context_request(requested) -> None:
     """A caller's context_length: None (the model's own) or a positive int."""
-    if requested is not None and (isinstance(requested, bool) or not isinstance(requested, numbers.Integral) or requested < 1):
+    if requested is not None and (
+        isinstance(requested, bool) or not isinstance(requested, numbers.Integral) or requested < 1
+    ):
         raise ValueError(f"context_length is {requested!r}; it must be a positive integer")
 
 
@@ -268,4 +276,6 @@ def check_special_ids(spec: dict, vocab_size: int) -> None:
     for name in ("bos", "eos", "eot"):
         value = spec.get(f"{name}_id")
         if value is not None and not (_is_int(value) and 0 <= value < vocab_size):
-            raise ValueError(f"tokenizer.ggml.{name}_token_id is {value!r}; it must be a token id, 0 to {vocab_size - 1}")
+            raise ValueError(
+                f"tokenizer.ggml.{name}_token_id is {value!r}; it must be a token id, 0 to {vocab_size - 1}"
+            )

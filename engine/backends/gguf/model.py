@@ -257,20 +257,32 @@ def read_gguf(path: Path, progress=None):
         try:
             array = dequantize(tensor.data, tensor.tensor_type).astype(np.float32, copy=False)
         except (NotImplementedError, ValueError) as error:
-            raise ValueError(f"{path}: tensor {name} uses {tensor.tensor_type.name}, which cannot be dequantized: {error}") from None
+            raise ValueError(
+                f"{path}: tensor {name} uses {tensor.tensor_type.name}, which cannot be dequantized: {error}"
+            ) from None
         if array.shape != shapes[name]:
-            raise ValueError(f"{path}: tensor {name} has {array.size} values, not the {shapes[name]} it declares: truncated?")
+            raise ValueError(
+                f"{path}: tensor {name} has {array.size} values, not the {shapes[name]} it declares: truncated?"
+            )
         weights[name] = array
         if progress:
             progress(index + 1, len(needed))
-    return config, _our_layout(weights, config), spec, tokenizer, path.stem  # the file's name says which model and quantization
+    return (
+        config,
+        _our_layout(weights, config),
+        spec,
+        tokenizer,
+        path.stem,
+    )  # the file's name says which model and quantization
 
 
 def _our_layout(raw: dict, config: LlamaConfig) -> dict:
     """GGUF arrays [out, in] -> our weights: matrices as [in, out] so a layer is x @ w; q, k, v side by side,
     and gate and up, so each is one matrix product."""
     weights = {"token_embd": raw["token_embd.weight"], "output_norm": raw["output_norm.weight"]}
-    weights["output"] = raw["token_embd.weight"].T if config.tied_output else np.ascontiguousarray(raw["output.weight"].T)
+    weights["output"] = (
+        raw["token_embd.weight"].T if config.tied_output else np.ascontiguousarray(raw["output.weight"].T)
+    )
     for layer in range(config.n_layers):
         p = f"blk.{layer}."
 
@@ -319,7 +331,9 @@ def _cache_index(config: LlamaConfig) -> list[dict]:
     cache's index is checked, not trusted. A tied output is the embeddings again and is not stored."""
     d, vocab, ff = config.d_model, config.vocab_size, config.d_ff
     qkv = (config.n_heads + 2 * config.n_kv_heads) * config.head_dim
-    shapes = [("token_embd", [vocab, d]), ("output_norm", [d])] + ([] if config.tied_output else [("output", [d, vocab])])
+    shapes = [("token_embd", [vocab, d]), ("output_norm", [d])] + (
+        [] if config.tied_output else [("output", [d, vocab])]
+    )
     for layer in range(config.n_layers):
         p = f"blk.{layer}/"
         shapes += [(p + "attn_norm", [d]), (p + "ffn_norm", [d]), (p + "attn_qkv", [d, qkv]),
@@ -356,7 +370,9 @@ def _write_weights(path: Path, weights: dict, index: list[dict]) -> str:
         for entry in index:
             array = np.ascontiguousarray(arrays[entry["name"]], dtype="<f4")
             if list(array.shape) != entry["shape"]:
-                raise AssertionError(f"{entry['name']} is {array.shape}, not {entry['shape']}")  # a bug here, not a bad file
+                raise AssertionError(
+                    f"{entry['name']} is {array.shape}, not {entry['shape']}"
+                )  # a bug here, not a bad file
             f.write(array.data)
             digest.update(array.data)
     return digest.hexdigest()

@@ -117,11 +117,14 @@ class GGUFTokenizer:
         """The prompt as the model was trained to see a user's turn (the file's chat template)."""
         if not self.chat_template:
             raise ValueError("this model file has no chat template")
-        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user_text}]
+        messages = ([{"role": "system", "content": system}] if system else []) + [
+            {"role": "user", "content": user_text}
+        ]
         environment = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         try:
             template = environment.from_string(self.chat_template)
-            return template.render(messages=messages, add_generation_prompt=True, bos_token=self.bos_text,
-                                   eos_token=self.eos_text)
+            return template.render(
+                messages=messages, add_generation_prompt=True, bos_token=self.bos_text, eos_token=self.eos_text
+            )
         except jinja2.TemplateError as error:
             raise ValueError(f"the model's chat template failed: {error}") from None
