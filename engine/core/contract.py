@@ -1,0 +1,88 @@
+"""The backend contract: what a model offers the Session, and what one session's position state offers.
+
+Modelled on llama.cpp's split of `llama_model` (weights, vocabulary, metadata: shared) and `llama_context`
+(one sequence's state: its KV cache). A Backend is loaded once; each Session opens its own Context and
+talks to nothing else, so the Session holds no backend-specific code. Three backends implement it:
+
+    engine/backends/local.py     LocalContext: a KV cache and the engine's sampler chain over the whole row
+                                 of scores (the story model and GGUF files in numpy)
+    engine/backends/remote.py    an inference server: it samples, the engine reads its top-N probabilities
+
+Ids are the model's token ids. `text` is always the session's text so far (prompt + every step's token):
+a server without token-id prompts is sent text. A step that fails raises ValueError and leaves the
+context as it was before the call.
+"""
+
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+from engine.core.sampling import Settings
+from engine.core.steps import Candidates, Step
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do; the window asks these, never the backend's type."""
+
+    full_distribution: bool  # every token's score: every sampler stage can be shown (else a server's top N raw)
+    local_sampling: bool  # the engine draws with its own seed: replay is bit for bit (else the server draws)
+    local_tokenizer: bool  # tokenizing asks nobody (else a request: never from the GUI thread)
+    chat_template: bool  # chat_prompt renders the model's own template
+    streaming: bool  # several tokens per request: Session.step(stream=True) uses one open stream
+
+
+class Tokenizer(Protocol):
+    def encode(self, text: str) -> list[int]: ...  # ValueError (UnknownCharacterError) names what it cannot encode
+
+    def decode(self, ids) -> str: ...
+
+    def token_bytes(self, token_id: int) -> bytes: ...  # a token's own bytes (it may hold part of a character)
+
+
+class Context(Protocol):
+    """One session's position state."""
+
+    def candidates(self, ids: list[int], text: str, settings: Settings) -> Candidates:
+        """The next position's distribution (top candidates at every stage), without taking a step."""
+
+    def sample(
+        self, ids: list[int], text: str, settings: Settings, random: Callable[[], float], stream: bool, remaining: int
+    ) -> tuple[Step | None, bool]:
+        """-> (the model's next step, or None where the backend ended the text; whether the text ends after
+        it). random() gives the next uniform number of the session's stream (called once per drawn token);
+        stream: keep one request open for the next `remaining` tokens, where the backend can."""
+
+    def force(
+        self, ids: list[int], text: str, token_ids: list[int], source: str, settings: Settings, options=None
+    ) -> list[Step]:
+        """Steps for tokens the model did not choose, each with the model's probability for it (options: a
+        choice's recorded options, on the first step)."""
+
+    def option_probabilities(self, ids: list[int], text: str, encoded: list[list[int]], settings: Settings):
+        """-> [(probability under the settings, raw model probability)] of each whole option."""
+
+    def truncate(self, length: int) -> None:
+        """Forget every position from `length` on (a rewind); the positions before are kept, not recomputed."""
+
+    def close_stream(self) -> None:
+        """End an open stream now (Stop, or any steering)."""
+
+
+class Backend(Protocol):
+    name: str
+    weights_sha256: str  # what a trace records as the model's identity
+    source: str  # where it came from: a file, a URL, "" for the built-in model
+    context_length: int
+    vocab_size: int | None  # None: a server that does not say
+    tokenizer: Tokenizer
+    end_token_ids: frozenset[int]
+    end_reason: str  # the stop reason when an end token is drawn
+    capabilities: Capabilities
+
+    def open_context(self) -> Context: ...
+
+    def chat_prompt(self, user_text: str) -> str: ...
+
+    def describe(self) -> dict: ...  # the trace's "model" field: name and weights_sha256 at least
+
+    def close(self) -> None: ...
