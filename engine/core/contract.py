@@ -13,8 +13,9 @@ a server without token-id prompts is sent text. A step that fails raises ValueEr
 context as it was before the call.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 from engine.core.sampling import Settings
 from engine.core.steps import Candidates, Step
