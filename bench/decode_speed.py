@@ -18,21 +18,21 @@ from engine.story import corpus as stories
 
 def greedy_with_cache(model, ids, max_new_tokens):
     cache = model.new_cache()
-    scores = model.decode(ids, cache)[-1]
+    scores = model.forward_cached(ids, cache)[-1]
     out = []
     while len(out) < max_new_tokens:
         token = int(np.argmax(scores))
         out.append(token)
         if token in model.end_token_ids or cache.length == model.context_length:
             break
-        scores = model.decode([token], cache)[-1]
+        scores = model.forward_cached([token], cache)[-1]
     return out
 
 
 def greedy_full_recompute(model, ids, max_new_tokens):
     ids, out = list(ids), []
     while len(out) < max_new_tokens:
-        token = int(np.argmax(model.logits(ids)[-1]))  # the whole prefix again, every step
+        token = int(np.argmax(model.scores(ids)[-1]))  # the whole prefix again, every step
         out.append(token)
         ids.append(token)
         if token in model.end_token_ids or len(ids) == model.context_length:

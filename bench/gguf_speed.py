@@ -75,13 +75,13 @@ def prompt_ids(model, count=200):
 def numpy_engine(model, ids, tokens):
     cache = model.new_cache()
     started = time.perf_counter()
-    scores = model.decode(ids, cache, last_only=True)[-1]
+    scores = model.forward_cached(ids, cache, last_only=True)[-1]
     first = time.perf_counter() - started
     times = []
     for _ in range(tokens):
         token = int(np.argmax(scores))
         started = time.perf_counter()
-        scores = model.decode([token], cache, last_only=True)[-1]
+        scores = model.forward_cached([token], cache, last_only=True)[-1]
         times.append(time.perf_counter() - started)
     return first, 1 / statistics.median(times)
 
@@ -139,9 +139,9 @@ def main():
     model = engine.load_model("smollm2")
     load = time.perf_counter() - started
     ids = prompt_ids(model)
-    model.decode(ids[:16], model.new_cache())  # warm up: the first pass touches every page once
+    model.forward_cached(ids[:16], model.new_cache())  # warm up: the first pass touches every page once
     llama = llama_cpp_runner(engine.smollm2_path(), ids[:16])
-    runners = {"numpy engine (model.decode)": lambda: numpy_engine(model, ids, args.tokens),
+    runners = {"numpy engine (model.forward_cached)": lambda: numpy_engine(model, ids, args.tokens),
                "numpy engine (engine.Session)": lambda: numpy_session(model, ids, args.tokens)}  # fmt: skip
     if llama is not None:
         runners["llama.cpp (llama-cpp-python)"] = lambda: llama(ids, args.tokens)
@@ -181,7 +181,7 @@ def main():
             print(f"    {name:32s} first token {span(firsts, '{:.2f}')} s   decode {span(rates, '{:.1f}')} tokens/s"
                   + "".join(f"  {n}" for n in notes))  # fmt: skip
     if threads:
-        print(f"  numpy engine (model.decode) with BLAS held at 1 or 2 threads, {args.tokens // 4} tokens:")
+        print(f"  numpy engine (model.forward_cached) with BLAS held at 1 or 2 threads, {args.tokens // 4} tokens:")
         for (count, busy), values in sorted(threads.items(), key=lambda kv: (kv[0][1], kv[0][0])):
             firsts, rates = zip(*values)
             print(

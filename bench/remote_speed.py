@@ -95,7 +95,7 @@ def main():
         streamed = streaming_rate(model, args.tokens)
         raw = raw_server_rate(model, args.tokens)
         raw_logprobs = raw_server_rate(model, args.tokens, logprobs=20)
-        print(f"{model.name} (prompts sent as {'token ids' if model.capabilities['token_id_prompts'] else 'text'})")
+        print(f"{model.name} (prompts sent as {'token ids' if model.protocol['token_id_prompts'] else 'text'})")
         print(f"  step through the server (1 token per request, top 20) median {step * 1000:6.1f} ms")
         print(f"  step right after rewinding 5 tokens (prefix cache)         median {after_rewind * 1000:6.1f} ms")
         print(f"  streaming through engine.Session, with top-20 logprobs     {streamed:6.1f} tokens/s")

@@ -17,7 +17,7 @@ FIRST = "mia has a red ball."
 
 
 def prefix_scores(model, text_ids):
-    return model.logits(text_ids)[-1]  # the full forward, independent of the session's KV cache
+    return model.scores(text_ids)[-1]  # the full forward, independent of the session's KV cache
 
 
 def test_result_shape_and_json(story_model):
@@ -130,13 +130,13 @@ def test_a_long_generation_fills_the_context_and_never_asks_for_position_64(stor
     trace = json.loads((engine.resources_dir() / "generation-trace.json").read_text())
     prompt = trace["context full"]["prompt"]
     asked = []
-    original = story_model.decode
+    original = story_model.forward_cached
 
     def recording_decode(ids, cache, **options):
         asked.append(cache.length + len(ids))
         return original(ids, cache, **options)
 
-    monkeypatch.setattr(story_model, "decode", recording_decode)
+    monkeypatch.setattr(story_model, "forward_cached", recording_decode)
     result = engine.generate(story_model, prompt)
     assert result.stopped == "context full"
     assert len(story_model.tokenizer.encode(result.text)) == 64
@@ -173,7 +173,7 @@ INVALID = [
 @pytest.mark.parametrize("kwargs, message", INVALID)
 def test_invalid_input_raises_and_generates_nothing(story_model, monkeypatch, kwargs, message):
     calls = []
-    monkeypatch.setattr(story_model, "decode", lambda *a: calls.append(a))
+    monkeypatch.setattr(story_model, "forward_cached", lambda *a: calls.append(a))
     arguments = {"prompt": FIRST, **kwargs}
     with pytest.raises(ValueError, match=message):
         engine.generate(story_model, **arguments)

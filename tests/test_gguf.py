@@ -33,7 +33,7 @@ def test_forward_matches_a_direct_reference_at_every_position(tiny):
     path, weights = tiny
     model = engine.load_model(path)
     ids = model.tokenizer.encode(PROMPT)
-    ours = model.logits(ids)
+    ours = model.scores(ids)
     assert ours.dtype == np.float32 and ours.shape == (len(ids), model.vocab_size)
     reference = tiny_gguf.reference_logits(weights, ids)
     scale = np.abs(reference).max()
@@ -47,15 +47,15 @@ def test_quantized_tensors_and_qwen2_biases(tmp_path, cache_dir):
     assert model.config.qkv_bias and model.config.rope_neox
     ids = model.tokenizer.encode("the theme in a tin")
     reference = tiny_gguf.reference_logits(weights, ids)
-    assert np.abs(model.logits(ids) - reference).max() <= 1e-5 * np.abs(reference).max()
+    assert np.abs(model.scores(ids) - reference).max() <= 1e-5 * np.abs(reference).max()
 
 
 def test_kv_cache_decode_equals_the_full_forward(tiny):
     model = engine.load_model(tiny[0])
     ids = model.tokenizer.encode(PROMPT + "<|im_start|>assistant\n the")
-    full = model.logits(ids)
+    full = model.scores(ids)
     cache = model.new_cache()
-    rows = [model.decode(ids[:5], cache)] + [model.decode([i], cache) for i in ids[5:]]
+    rows = [model.forward_cached(ids[:5], cache)] + [model.forward_cached([i], cache) for i in ids[5:]]
     np.testing.assert_allclose(np.concatenate(rows), full, atol=1e-5, rtol=0)
     assert cache.k.shape[2] == model.context_length == tiny_gguf.CONTEXT
 
@@ -100,7 +100,7 @@ def test_second_load_reads_the_cache_and_a_changed_file_rebuilds_it(tiny, cache_
     second = engine.load_model(path)
     assert calls == []  # the GGUF file was not parsed again
     ids = first.tokenizer.encode(PROMPT)
-    assert np.array_equal(first.logits(ids), second.logits(ids))
+    assert np.array_equal(first.scores(ids), second.scores(ids))
     assert second.weights_sha256 == first.weights_sha256
     os.utime(path, ns=(time.time_ns(), time.time_ns() + 10**9))  # the file changed (newer mtime)
     engine.load_model(path)
@@ -141,7 +141,7 @@ def test_unsupported_architecture(tmp_path, cache_dir):
 def test_float32_end_to_end(tiny):
     model = engine.load_model(tiny[0])
     assert all(np.asarray(w).dtype == np.float32 for name, w in gguf_model._flatten(model.weights))
-    assert model.logits([5, 6, 7]).dtype == np.float32
+    assert model.scores([5, 6, 7]).dtype == np.float32
 
 
 def _blas_threads_now() -> list[int]:
@@ -171,8 +171,8 @@ def test_decode_and_prompt_run_under_the_chosen_blas_threads_in_any_thread(tiny,
 
     def prompt_then_token():
         cache = model.new_cache()
-        model.decode(ids, cache, last_only=True)
-        model.decode(ids[:1], cache)
+        model.forward_cached(ids, cache, last_only=True)
+        model.forward_cached(ids[:1], cache)
 
     # threadpoolctl lets only the thread that set a limit first change it again: this one, here
     with threadpoolctl.threadpool_limits(limits=2, user_api="blas"):

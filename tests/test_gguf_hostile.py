@@ -145,7 +145,7 @@ CORRUPTIONS = {
 def test_a_damaged_cache_is_rebuilt_with_a_warning_and_never_used(tiny, cache_dir, gguf_reads, corrupt):
     clean = engine.load_model(tiny)
     ids = clean.tokenizer.encode(PROMPT)
-    expected = clean.logits(ids)
+    expected = clean.scores(ids)
     corrupt(the_cache(cache_dir))
     with pytest.warns(gguf_model.CacheRebuiltWarning, match="rebuilding it from the GGUF file"):
         rebuilt = engine.load_model(tiny)
@@ -153,7 +153,7 @@ def test_a_damaged_cache_is_rebuilt_with_a_warning_and_never_used(tiny, cache_di
     again = engine.load_model(tiny)  # the rebuilt cache verifies (no warning: warnings fail tests here)
     assert len(gguf_reads) == 2
     for model in (rebuilt, again):
-        assert np.array_equal(model.logits(ids), expected)
+        assert np.array_equal(model.scores(ids), expected)
         assert model.tokenizer.encode(PROMPT) == ids and model.tokenizer.decode(ids) == PROMPT
         assert (model.weights_sha256, model.name, model.config) == (clean.weights_sha256, clean.name, clean.config)
         assert model.tokenizer.bos_id == clean.tokenizer.bos_id
@@ -164,7 +164,7 @@ def test_a_cache_of_an_older_schema_is_rebuilt_quietly(tiny, cache_dir, gguf_rea
     edit_meta(the_cache(cache_dir), lambda meta: meta.__setitem__("schema", "token-playground/gguf-cache/2"))
     model = engine.load_model(tiny)  # no warning: an update is expected to bring a new schema
     assert len(gguf_reads) == 2
-    assert np.array_equal(model.logits([5, 6, 7]), clean.logits([5, 6, 7]))
+    assert np.array_equal(model.scores([5, 6, 7]), clean.scores([5, 6, 7]))
 
 
 def test_the_cache_records_and_checks_digests(tiny, cache_dir):
@@ -292,7 +292,7 @@ def test_a_huge_declared_context_allocates_only_the_capped_positions(tmp_path, c
         assert model.config.context_length == 2**32 - 1  # what the file says, kept
         assert model.context_length == MAX_POSITIONS and model.new_cache().k.shape[2] == MAX_POSITIONS
         assert model._tables[0].shape == (MAX_POSITIONS, HEAD_DIM // 2)
-        assert model.logits([1, 5, 9]).shape == (3, model.vocab_size)
+        assert model.scores([1, 5, 9]).shape == (3, model.vocab_size)
 
 
 @pytest.mark.parametrize("requested", [0, -1, 1.5, True, "64", 2**0.5])
@@ -345,4 +345,4 @@ def test_any_metadata_either_runs_or_is_refused_with_a_value_error(tmp_path, cac
         path.unlink()
     ids = model.tokenizer.encode("the théorie 12")
     assert model.tokenizer.decode(ids) is not None
-    assert np.isfinite(model.logits([0, 5, model.vocab_size - 1][: model.context_length])).all()
+    assert np.isfinite(model.scores([0, 5, model.vocab_size - 1][: model.context_length])).all()

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 import engine
 from engine import CommandTool, Session
+from engine.backends.local import LocalContext
 from engine.core.files import atomic_write_bytes
 
 FIRST = "mia has a red ball."
@@ -90,8 +91,11 @@ class PoisonedModel:
     def __getattr__(self, name):
         return getattr(self.model, name)
 
-    def decode(self, ids, cache, last_only=False):
-        rows = self.model.decode(ids, cache, last_only=last_only)
+    def open_context(self):
+        return LocalContext(self)  # its forward passes go through forward_cached below
+
+    def forward_cached(self, ids, cache, last_only=False):
+        rows = self.model.forward_cached(ids, cache, last_only=last_only)
         return np.full_like(rows, np.nan) if self.poison in list(ids) else rows
 
 
@@ -103,15 +107,15 @@ def test_non_finite_scores_are_a_clear_error_and_the_session_is_unchanged(story_
     session.force_token(poison)
     session.step()  # the poisoned token is taken; it is fed to the model by the next step
     before = ([s.to_dict() for s in session.steps], list(session.actions), session.text, list(session.ids))
-    cache_length = session._cache.length
+    cache_length = session._context.cache.length
     for _ in range(2):  # and again: the first failure left nothing behind
         with pytest.raises(ValueError, match=rf"non-finite scores \(NaN or inf\) at position {len(session.ids) - 1}"):
             session.step()
         assert ([s.to_dict() for s in session.steps], session.actions, session.text, session.ids) == before
-        assert session._cache.length == cache_length
+        assert session._context.cache.length == cache_length
     with pytest.raises(ValueError, match="non-finite"):
         session.insert_text(" goes to")
-    assert session.actions == before[1] and session._cache.length == cache_length
+    assert session.actions == before[1] and session._context.cache.length == cache_length
     session.rewind(1)  # back before the poisoned token: the session works on
     assert session.step() is not None
 

@@ -30,7 +30,7 @@ def smollm2():
 def test_connects_and_detects_what_it_supports(model, llama_cpp_server, smollm2):
     assert model.url == llama_cpp_server and model.context_length == 2048
     assert model.name.startswith("SmolLM2-135M-Instruct.Q4_1.gguf @ http://127.0.0.1:")
-    assert model.capabilities == {"tokenize": "llama-server", "token_id_prompts": True, "scoring": "per position"}
+    assert model.protocol == {"tokenize": "llama-server", "token_id_prompts": True, "scoring": "per position"}
     assert model.tokenizer.encode(CHAT) == smollm2.tokenizer.encode(CHAT)
     trace = Session(model, PROMPT).trace()["model"]
     assert trace["prompt_format"] == "token ids" and trace["scoring"].startswith("one request per position")
@@ -46,7 +46,7 @@ def test_a_step_names_its_candidates_by_id(model, smollm2):
     assert len(cand.tokens) == 20 and step.model_choice_id == cand.token_ids[0] == step.token_id
     assert [smollm2.tokenizer.decode([i]) for i in cand.token_ids] == list(cand.tokens)
     assert cand.temperature == cand.top_k == cand.final == ()
-    expected = softmax(smollm2.logits(session.prompt_ids)[-1])
+    expected = softmax(smollm2.scores(session.prompt_ids)[-1])
     assert max(abs(float(expected[i]) - p) for i, p in zip(cand.token_ids, cand.raw)) < 0.15
 
 
@@ -73,14 +73,12 @@ def test_insert_choose_a_rule_and_streaming(model):
     inserted = session.insert_text(". The capital of Germany is")
     assert "".join(s.token for s in inserted) == ". The capital of Germany is"
     assert all(s.probability is not None and s.model_rank > 0 for s in inserted[-3:])  # " Germany is" is likely
-    session.stream_generation = True
-    taken = [session.step() for _ in range(3)]
+    taken = [session.step(stream=True) for _ in range(3)]
     assert all(s.token_id >= 0 for s in taken)  # a stream names its ids: nothing to ask afterwards
-    session.run()
+    session.run(stream=True)
     assert " Berlin, a city of music" in session.text and any(s.source == "rule" for s in session.steps)
     assert session.text == PROMPT + "".join(s.token for s in session.steps)
     session.rewind(len(session.steps))
-    session.stream_generation = False
     chosen = session.choose([" Lyon", " Paris"])
     (lyon, p_lyon), (paris, p_paris) = chosen[0].options
     assert (lyon, paris) == (" Lyon", " Paris") and p_paris > 0.5 > p_lyon
@@ -104,13 +102,11 @@ def test_an_exported_trace_replays_with_the_same_tokens(model, tmp_path):
     moves probabilities by up to ~0.04 here, so replay may report a probability difference, with its note;
     the (greedy) tokens are the same."""
     session = Session(model, CHAT, max_new_tokens=10, temperature=0)
-    session.stream_generation = True
     for _ in range(4):
-        session.step()
+        session.step(stream=True)
     session.interrupt()
     session.insert_text(" Indeed,")
     session.rewind(1)
-    session.stream_generation = False
     session.run()
     path = tmp_path / "llama-server.json"
     engine.save_trace(session.trace(), path)

@@ -12,7 +12,7 @@ def test_public_surface(story_model):
     assert story_model.context_length == 64
     assert story_model.vocab_size == 96
     ids = story_model.tokenizer.encode(PROMPT)
-    scores = story_model.logits(ids)
+    scores = story_model.scores(ids)
     assert scores.shape == (len(ids), 96)
     assert scores.dtype == np.float32
 
@@ -23,14 +23,14 @@ def test_every_weight_is_float32(story_model):
 
 def test_kv_cache_decode_equals_the_full_forward(story_model):
     ids = story_model.tokenizer.encode(PROMPT + " now ben has the red ball.\nben has")
-    full = story_model.logits(ids)
+    full = story_model.scores(ids)
     cache = story_model.new_cache()
     prompt_len = 7
-    prefill = story_model.decode(ids[:prompt_len], cache)
+    prefill = story_model.forward_cached(ids[:prompt_len], cache)
     assert prefill.dtype == np.float32
     np.testing.assert_allclose(prefill, full[:prompt_len], atol=1e-5, rtol=0)
     for position in range(prompt_len, len(ids)):
-        step = story_model.decode([ids[position]], cache)
+        step = story_model.forward_cached([ids[position]], cache)
         assert step.shape == (1, 96) and step.dtype == np.float32
         np.testing.assert_allclose(step[0], full[position], atol=1e-5, rtol=0)
     assert cache.length == len(ids)
@@ -41,29 +41,29 @@ def test_cache_is_preallocated_for_every_position_and_truncates_in_place(story_m
     assert cache.k.shape[1] == 64 and cache.k.dtype == np.float32
     before = cache.k
     ids = story_model.tokenizer.encode(PROMPT)
-    first = story_model.decode(ids, cache)
+    first = story_model.forward_cached(ids, cache)
     cache.truncate(5)
-    again = story_model.decode(ids[5:], cache)
+    again = story_model.forward_cached(ids[5:], cache)
     assert cache.k is before  # the same buffer: no per-token copies
     np.testing.assert_allclose(again, first[5:], atol=1e-5, rtol=0)
 
 
 def test_context_is_64_positions(story_model):
     ids = [story_model.tokenizer.ids[" the"]] * 64
-    assert story_model.logits(ids).shape == (64, 96)
+    assert story_model.scores(ids).shape == (64, 96)
     with pytest.raises(ValueError, match="only 64 positions"):
-        story_model.logits(ids + [1])
+        story_model.scores(ids + [1])
     cache = story_model.new_cache()
-    story_model.decode(ids, cache)
+    story_model.forward_cached(ids, cache)
     with pytest.raises(ValueError, match="only 64 positions"):
-        story_model.decode([1], cache)
+        story_model.forward_cached([1], cache)
     assert cache.length == 64
 
 
 @pytest.mark.parametrize("bad", [[], [96], [-1], [[1, 2]], ["a"], [1.5]])
 def test_bad_ids_are_refused(story_model, bad):
     with pytest.raises(ValueError):
-        story_model.logits(bad)
+        story_model.scores(bad)
 
 
 def test_config_is_frozen_and_validated():

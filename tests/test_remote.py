@@ -47,9 +47,9 @@ def snapshot(session):
 
 
 def test_connects_and_detects_what_the_server_supports(server_model, llama_server):
-    assert server_model.remote and server_model.url == llama_server
+    assert not server_model.capabilities.local_sampling and server_model.url == llama_server
     assert server_model.name.startswith("SmolLM2-135M-Instruct.Q4_1.gguf @ http://127.0.0.1:")
-    caps = server_model.capabilities
+    caps = server_model.protocol
     # its echo is shifted by a position that depends on the prompt (engine/backends/remote.py _find_scoring)
     assert caps == {"tokenize": "llama-cpp-python", "token_id_prompts": False, "scoring": "per position"}
     assert server_model.tokenizer.encode(PROMPT) == engine.load_model("smollm2").tokenizer.encode(PROMPT)
@@ -68,12 +68,10 @@ def test_stepping_shows_the_servers_top_20_and_nothing_it_did_not_say(server_mod
 
 def test_streaming_generation_stops_at_once_and_continues(server_model):
     session = Session(server_model, "Once upon a time, in a small village,", max_new_tokens=40, temperature=0.7, seed=3)
-    session.stream_generation = True
-    taken = [session.step() for _ in range(4)]
+    taken = [session.step(stream=True) for _ in range(4)]
     session.interrupt()  # Stop: the stream is closed, the server stops generating for us
     assert all(taken) and len(session.steps) == 4
     assert session.actions == [{"kind": "stream", "n": 4}]
-    session.stream_generation = False
     assert session.step() is not None and session.actions[-1] == {"kind": "sample"}
 
 
@@ -85,8 +83,7 @@ def test_force_insert_and_a_rule_mid_generation(server_model):
     inserted = session.steps[1:]
     assert "".join(s.token for s in inserted) == ". The capital of Germany is"
     assert all(s.source == "forced" and s.probability is not None for s in inserted)
-    session.stream_generation = True
-    session.run()
+    session.run(stream=True)
     assert " Berlin, a city of music" in session.text
     assert any(s.source == "rule" for s in session.steps)
     germany = server_model.tokenizer.encode(" Germany")[0]
@@ -118,7 +115,7 @@ def test_inserted_text_keeps_every_token_with_its_own_text(each_server, smollm2,
     assert session.ids == smollm2.tokenizer.encode(session.text)
     insert = {"kind": "insert", "token_ids": expected_ids, "source": "forced"}
     assert session.actions[0] == session.actions[-1] == insert and {"kind": "sample"} in session.actions
-    rows = [softmax(row) for row in smollm2.logits(session.ids)[len(session.prompt_ids) - 1 : -1]]  # row i: step i's
+    rows = [softmax(row) for row in smollm2.scores(session.ids)[len(session.prompt_ids) - 1 : -1]]  # row i: step i's
     for step, row in zip(session.steps, rows):
         assert (step.probability is None) == (step.model_rank == 0)  # unknown exactly when outside the top 20
         if step.probability is not None:
@@ -131,12 +128,10 @@ def test_inserted_text_keeps_every_token_with_its_own_text(each_server, smollm2,
 
 def test_rewind_then_replay_of_an_exported_trace(server_model, tmp_path):
     session = Session(server_model, PROMPT, max_new_tokens=12, temperature=0.8, seed=11)
-    session.stream_generation = True
     for _ in range(5):
-        session.step()
+        session.step(stream=True)
     session.interrupt()
     session.rewind(2)
-    session.stream_generation = False
     session.run()
     trace = session.trace()
     assert trace["model"]["url"] == server_model.root and trace["model"]["prompt_format"] == "text"
@@ -177,7 +172,7 @@ def test_server_top5_agrees_with_the_numpy_engine(server_model):
         if step is None:
             break
         context = server_model.tokenizer.encode(session.text[: len(session.text) - len(step.token)])
-        ours = softmax(local.logits(context)[-1])
+        ours = softmax(local.scores(context)[-1])
         for token, p in list(zip(step.candidates.tokens, step.candidates.raw))[:5]:
             token_ids = local.tokenizer.encode(token)
             if len(token_ids) == 1:
@@ -311,7 +306,6 @@ def _server_goes_away(model):
         with pytest.raises(ValueError, match="refused the connection"):
             action()
         assert snapshot(session) == before
-    session.stream_generation = True
     with pytest.raises(ValueError, match="refused the connection"):
-        session.step()
-    assert snapshot(session) == before and session._stream is None
+        session.step(stream=True)
+    assert snapshot(session) == before and session._context._stream is None

@@ -246,7 +246,7 @@ def server():
 def connect(server, timeout=5.0) -> RemoteModel:
     model = RemoteModel(server.url, timeout=timeout, retries=1)
     server.clients.append(model)
-    assert model.capabilities == {"tokenize": "llama-server", "token_id_prompts": True, "scoring": "echo"}
+    assert model.protocol == {"tokenize": "llama-server", "token_id_prompts": True, "scoring": "echo"}
     assert model.context_length == 512
     return model
 
@@ -271,15 +271,14 @@ def started(model, stream=False) -> Session:
     session = Session(model, PROMPT, max_new_tokens=40, temperature=0)
     session.step()
     session.insert_text("xy")
-    session.stream_generation = stream
     if stream:
-        session.step()
+        session.step(stream=True)
     return session
 
 
 def unchanged_and_usable(session, before, server, tmp_path):
     """Exactly as before the failed step; its trace saves and loads; with the fault gone, it steps on."""
-    assert snapshot(session) == resolved(before, session) and session._stream is None
+    assert snapshot(session) == resolved(before, session) and session._context._stream is None
     assert -1 not in session.ids  # the stream was closed, and the ids it left unknown asked for
     engine.save_trace(session.trace(), tmp_path / "trace.json")
     assert engine.load_trace(tmp_path / "trace.json")["actions"] == session.actions
@@ -327,7 +326,7 @@ def test_a_malformed_streamed_token_is_refused_and_the_session_stays(server, tmp
     before = snapshot(session)
     server.fault = fault
     with pytest.raises(ValueError, match=rf"^server at {server.url[:-3]} answered /v1/completions with "):
-        session.step()
+        session.step(stream=True)
     unchanged_and_usable(session, before, server, tmp_path)
 
 
@@ -339,7 +338,7 @@ def test_an_html_page_is_not_the_end_of_the_text(server, tmp_path, stream):
     server.fault = "html"
     match = "answered something that is not JSON: '<html>" if not stream else "ended its stream without a finish reason"
     with pytest.raises(ValueError, match=match):
-        session.step()
+        session.step(stream=stream)
     unchanged_and_usable(session, before, server, tmp_path)
 
 
@@ -349,10 +348,10 @@ def test_a_connection_cut_mid_answer(server, tmp_path, stream):
     server.fault = "cut"
     if stream:
         session.interrupt()
-        assert session.step() is not None  # the one token before the cut
+        assert session.step(stream=stream) is not None  # the one token before the cut
     before = snapshot(session)
     with pytest.raises(ValueError, match=r"broke off its answer: RemoteProtocolError"):
-        session.step()
+        session.step(stream=stream)
     unchanged_and_usable(session, before, server, tmp_path)
 
 
@@ -360,10 +359,10 @@ def test_a_stream_that_ends_without_a_finish_reason_is_not_the_end_of_the_text(s
     session = started(connect(server), stream=True)
     session.interrupt()
     server.fault = "ends early"
-    assert session.step() is not None
+    assert session.step(stream=True) is not None
     before = snapshot(session)
     with pytest.raises(ValueError, match=r"ended its stream without a finish reason \(expected stop, length"):
-        session.step()
+        session.step(stream=True)
     assert session.stopped is None
     unchanged_and_usable(session, before, server, tmp_path)
 
@@ -372,11 +371,11 @@ def test_a_server_that_hangs_after_one_token(server, tmp_path):
     session = started(connect(server, timeout=1), stream=True)
     session.interrupt()
     server.fault = "hang"
-    assert session.step() is not None
+    assert session.step(stream=True) is not None
     before = snapshot(session)
     start = time.monotonic()
     with pytest.raises(ValueError, match=r"did not finish answering within 1 s"):
-        session.step()
+        session.step(stream=True)
     assert time.monotonic() - start < 2.5
     assert session.stopped is None  # not "end of text"
     unchanged_and_usable(session, before, server, tmp_path)
@@ -391,7 +390,7 @@ def test_a_drip_is_cut_at_the_deadline(server, tmp_path, stream):
     server.fault = "drip"
     start = time.monotonic()
     with pytest.raises(ValueError, match=r"did not finish answering within 2 s"):
-        session.step()
+        session.step(stream=stream)
     assert time.monotonic() - start < 4
     unchanged_and_usable(session, before, server, tmp_path)
 
@@ -403,7 +402,7 @@ def test_keep_alive_lines_forever_are_cut_at_the_deadline(server, tmp_path):
     server.fault = "keep-alive"
     start = time.monotonic()
     with pytest.raises(ValueError, match=r"did not finish answering within 1 s"):
-        session.step()
+        session.step(stream=True)
     assert 1 <= time.monotonic() - start < 2
     unchanged_and_usable(session, before, server, tmp_path)
 
@@ -418,7 +417,7 @@ def test_an_endless_body_is_cut_at_the_size_cap(server, tmp_path, stream):
     start = time.monotonic()
     try:
         with pytest.raises(ValueError, match=rf"sent more than {MAX_ANSWER_BYTES >> 20} MB in one answer"):
-            session.step()
+            session.step(stream=stream)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

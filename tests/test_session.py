@@ -16,26 +16,26 @@ AT_COLOR = TO_BEN + " now ben has the"
 
 
 def model_probs(model, ids):
-    return softmax(model.logits(ids)[-1])  # the full forward: independent of the session's cache
+    return softmax(model.scores(ids)[-1])  # the full forward: independent of the session's cache
 
 
 class CountingDecode:
-    """Wraps model.decode to record how many new positions each forward pass covers."""
+    """Wraps model.forward_cached to record how many new positions each forward pass covers."""
 
     def __init__(self, model, monkeypatch):
         self.calls = []
-        original = model.decode
+        original = model.forward_cached
 
-        def decode(ids, cache, **options):
+        def forward_cached(ids, cache, **options):
             self.calls.append(len(ids))
             return original(ids, cache, **options)
 
-        monkeypatch.setattr(model, "decode", decode)
+        monkeypatch.setattr(model, "forward_cached", forward_cached)
 
 
 def snapshot(session):
     return (
-        list(session.ids), session.text, list(session.steps), len(session.actions), session._cache.length,
+        list(session.ids), session.text, list(session.steps), len(session.actions), session._context.cache.length,
         session._rng.getstate(), session._forced, session._returned, session.stopped,
     )  # fmt: skip
 
@@ -43,7 +43,7 @@ def snapshot(session):
 def test_step_records_the_token_and_every_stage(story_model):
     session = Session(story_model, FIRST, temperature=1.3, top_k=5, top_p=0.9, seed=2)
     step = session.step()
-    scores = story_model.logits(story_model.tokenizer.encode(FIRST))[-1]
+    scores = story_model.scores(story_model.tokenizer.encode(FIRST))[-1]
     assert step.source == "model" and step.token == story_model.tokenizer.decode([step.token_id])
     ranking = np.argsort(-scores, kind="stable")
     cand = step.candidates
@@ -137,7 +137,7 @@ def test_rewind_reproduces_the_dropped_steps_including_the_random_state(story_mo
     counter = CountingDecode(story_model, monkeypatch)
     session.rewind(10)
     assert counter.calls == []  # O(1): no forward pass
-    assert len(session.steps) == len(before) - 10 and session._cache.length == len(session.ids)
+    assert len(session.steps) == len(before) - 10 and session._context.cache.length == len(session.ids)
     session.run()
     assert [s.to_dict() for s in session.steps] == before
 

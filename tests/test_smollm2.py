@@ -37,7 +37,7 @@ def test_loads_by_name_with_the_engine_surface(smollm2):
     assert smollm2.vocab_size == 49152 and smollm2.context_length == 8192
     assert smollm2.config.n_layers == 30 and smollm2.config.n_kv_heads == 3
     assert smollm2.name == "SmolLM2-135M-Instruct.Q4_1"
-    assert smollm2.logits([1, 2, 3]).dtype == np.float32
+    assert smollm2.scores([1, 2, 3]).dtype == np.float32
 
 
 def test_logits_match_transformers_at_every_position(smollm2):
@@ -47,7 +47,7 @@ def test_logits_match_transformers_at_every_position(smollm2):
     for label, ids in prompt_ids(smollm2):
         key = label.replace(" ", "_")
         assert reference[f"{key}/ids"].tolist() == ids, "the prompts or the tokenizer changed"
-        ours = smollm2.logits(ids)
+        ours = smollm2.scores(ids)
         top = reference[f"{key}/top_ids"]
         scale = reference[f"{key}/scale"][:, None]
         for mine, theirs in ((np.take_along_axis(ours, top, -1), reference[f"{key}/top_logits"]),
@@ -62,7 +62,7 @@ def test_greedy_and_probabilities_agree_with_llama_cpp(smollm2):
     for prompt, (label, ids) in zip(reference["prompts"], prompt_ids(smollm2)):
         assert prompt["label"] == label and prompt["ids"] == ids
         cache = smollm2.new_cache()
-        scores = smollm2.decode(ids, cache)[-1]
+        scores = smollm2.forward_cached(ids, cache)[-1]
         for index, step in enumerate(prompt["steps"]):
             probs = softmax(scores)
             gap = np.abs(probs[step["top20_ids"]] - np.array(step["top20_probs"])).max()
@@ -73,7 +73,7 @@ def test_greedy_and_probabilities_agree_with_llama_cpp(smollm2):
                 assert min(best - second, step["gap"]) < NEAR_TIE, f"{label}: step {index} differs without a near-tie"
                 break  # the two best scores are within llama.cpp's noise: the paths may part here
             compared += 1
-            scores = smollm2.decode([ours], cache)[-1]
+            scores = smollm2.forward_cached([ours], cache)[-1]
         else:
             agreed_all[label] = True
     print(f"compared {compared} greedy steps; largest top-20 probability difference {largest_probability_gap:.4f}")

@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 import httpx
 
 from engine.core.checks import checked_text
+from engine.core.contract import Capabilities
 from engine.core.steps import Candidates, Step
 
 TOP_N = 20  # alternatives asked for per token
@@ -76,8 +77,6 @@ class Token:
 class RemoteTokenizer:
     """The server's own tokenizer, over HTTP (so the chart and the trace show the tokens the model sees)."""
 
-    remote = True
-
     def __init__(self, model: "RemoteModel"):
         self.model = model
         self.vocab_size = None
@@ -99,6 +98,9 @@ class RemoteTokenizer:
             self._pieces[token_id] = self.decode([token_id])
         return self._pieces[token_id]
 
+    def token_bytes(self, token_id: int) -> bytes:
+        return self.piece(token_id).encode("utf-8")  # a server sends text: a split character is already whole
+
     def token_id(self, text: str, ask: bool = True) -> int:
         """The id of a token the server reported by its text (-1 if it is not one token on its own, or, with
         ask=False, if the server was not asked yet: during a stream, llama-cpp-python's server ends the
@@ -110,15 +112,21 @@ class RemoteTokenizer:
 
 
 class RemoteModel:
-    remote = True
+    """A model on an OpenAI-compatible server, behind the backend contract: the server samples, and the
+    engine reads its top-N log-probabilities."""
+
     end_reason = "end of text"
     end_token_ids = frozenset()  # the server says when it stopped
+    capabilities = Capabilities(
+        full_distribution=False, local_sampling=False, local_tokenizer=False, chat_template=False, streaming=True
+    )
 
     def __init__(self, url: str, model_name: str | None = None, timeout: float = 30.0, retries: int = RETRIES):
         self.url = url.rstrip("/")
         if not self.url.endswith("/v1"):
             self.url += "/v1"
         self.root = self.url[: -len("/v1")]
+        self.source = self.url  # what load_model takes to connect again
         self.timeout = timeout
         self.retries = retries
         # uncompressed answers: the size cap then counts what is kept (a small compressed body can inflate)
@@ -129,7 +137,7 @@ class RemoteModel:
         self.id_limit = MAX_TOKEN_ID + 1  # ids the server may name are below this (its vocabulary, where it says)
         self.weights_sha256 = ""  # unknown: a trace records the server and model instead
         self._requests = 0  # requests sent (but streams): a stream sees whether others came while it waited
-        self.capabilities: dict = {}
+        self.protocol: dict = {}
         try:
             self._connect(model_name)
         except BaseException:
@@ -152,9 +160,9 @@ class RemoteModel:
         meta = entry.get("meta")
         if isinstance(meta, dict) and _is_count(meta.get("n_vocab")):  # llama-server names its vocabulary's size
             self.id_limit = meta["n_vocab"]
-        self.capabilities["tokenize"] = self._find_tokenizer()
-        self.capabilities["token_id_prompts"] = self._accepts_token_ids()
-        self.capabilities.update(self._find_scoring())
+        self.protocol["tokenize"] = self._find_tokenizer()
+        self.protocol["token_id_prompts"] = self._accepts_token_ids()
+        self.protocol.update(self._find_scoring())
         self.context_length = self._find_context_length(entry)
 
     def _find_tokenizer(self) -> str:
@@ -212,7 +220,7 @@ class RemoteModel:
 
     # --- tokens ----------------------------------------------------------------------------------------
     def tokenize(self, text: str) -> list[int]:
-        kind = self.capabilities.get("tokenize", "llama-cpp-python")
+        kind = self.protocol.get("tokenize", "llama-cpp-python")
         if kind == "llama-server":
             path, payload = "/tokenize", {"content": text, "add_special": False}
         elif kind == "vllm":
@@ -222,7 +230,7 @@ class RemoteModel:
         return self._post(path, payload, root=True, check=self._token_ids)
 
     def detokenize(self, ids: list[int]) -> str:
-        kind = self.capabilities.get("tokenize")
+        kind = self.protocol.get("tokenize")
         if kind == "llama-server":
             path, payload, key = "/detokenize", {"tokens": ids}, "content"
         elif kind == "vllm":
@@ -237,7 +245,7 @@ class RemoteModel:
 
     # --- completions ------------------------------------------------------------------------------------
     def _prompt(self, ids, text):
-        return list(ids) if self.capabilities.get("token_id_prompts") else text
+        return list(ids) if self.protocol.get("token_id_prompts") else text
 
     def sampling(self, settings) -> dict:
         """The request's sampling fields for engine Settings (0 = greedy, 'off' filters left out)."""
@@ -288,7 +296,7 @@ class RemoteModel:
         where the server echoes and its entries line up with the tokens; else one request per position."""
         new_ids = [int(i) for i in new_ids]
         pieces = [self.tokenizer.piece(i) for i in new_ids]
-        scored = self._score_by_echo(ids, text, new_ids, pieces) if self.capabilities.get("scoring") == "echo" else None
+        scored = self._score_by_echo(ids, text, new_ids, pieces) if self.protocol.get("scoring") == "echo" else None
         return scored if scored is not None else self._score_per_position(ids, text, new_ids, pieces)
 
     def _score_by_echo(self, ids, text, new_ids, pieces) -> list[Token] | None:
@@ -459,6 +467,28 @@ class RemoteModel:
     def close(self) -> None:
         self.client.close()
 
+    # --- the backend contract ---------------------------------------------------------------------------------
+    def open_context(self) -> "RemoteContext":
+        return RemoteContext(self)
+
+    def chat_prompt(self, user_text: str) -> str:
+        raise ValueError(f"{self.name}: the server's chat template is not available here; send the text as it is")
+
+    def describe(self) -> dict:
+        """The trace's "model": where the server was, which model, and how prompts were sent and scored."""
+        scoring = {
+            "echo": "echo: one request echoes the prompt's log-probabilities (one request per token where the echo does not line up)",
+            "per position": "one request per position: each forced token read from the top N of a one-token request",
+        }
+        return {
+            "name": self.name,
+            "weights_sha256": self.weights_sha256,
+            "url": self.root,
+            "server_model": self.model_id,
+            "prompt_format": "token ids" if self.protocol.get("token_id_prompts") else "text",
+            "scoring": scoring.get(self.protocol.get("scoring"), "unknown"),
+        }
+
     # --- Steps from what the server said ------------------------------------------------------------------
     def candidates(self, top: dict | None) -> Candidates:
         """The server's top N, most likely first, with their ids where the server named them (-1 where it
@@ -501,6 +531,63 @@ class RemoteModel:
             candidates=candidates,
             options=options,
         )
+
+
+class RemoteContext:
+    """One session on a server: the server holds no state of ours but an open stream (engine.core.contract)."""
+
+    def __init__(self, model: RemoteModel):
+        self.model = model
+        self._stream = None
+
+    def candidates(self, ids, text, settings) -> Candidates:
+        return self.model.candidates(self.model.next_distribution(ids, text))
+
+    def sample(self, ids, text, settings, random, stream=False, remaining=0) -> tuple[Step | None, bool]:
+        """The server draws (with its own seed: `random` is not used). A stream's tokens come without ids
+        where the server sends text only: asking mid-stream would end it; close_stream fills them in."""
+        if stream:
+            if self._stream is None:
+                self._stream = self.model.stream(ids, text, settings, remaining)
+            token = next(self._stream, None)
+        else:
+            token = self.model.sample(ids, text, settings)
+        if token is None:  # the server ended the text, or a stream ran out
+            return None, True
+        return self.model.make_step(token, "model", ask=not stream), token.finish == "stop"
+
+    def force(self, ids, text, token_ids, source, settings, options=None) -> list[Step]:
+        """Forced tokens scored in place (their probabilities and the server's top N at each: one echoing
+        request, or one per token where the server does not echo); each step is its id's own text."""
+        scored = self.model.score(ids, text, token_ids)
+        return [self.model.make_step(t, source, options if i == 0 else None) for i, t in enumerate(scored)]
+
+    def option_probabilities(self, ids, text, encoded, settings) -> list[tuple[float, float]]:
+        """A server reports raw probabilities only, for its top N: an option with a token outside them
+        counts as 0."""
+        results = []
+        for token_ids in encoded:
+            scored = self.model.score(ids, text, token_ids)
+            p = math.prod(math.exp(t.logprob) if t.logprob is not None else 0.0 for t in scored)
+            results.append((p, p))
+        return results
+
+    def truncate(self, length: int) -> None:
+        pass  # the next request sends the text as it is now
+
+    def close_stream(self, steps: list[Step]) -> list[Step]:
+        if self._stream is None:
+            return steps
+        self._stream.close()
+        self._stream = None
+        if not any(step.token_id < 0 and step.source == "model" for step in steps):
+            return steps
+        return [
+            replace(step, token_id=self.model.tokenizer.token_id(step.token))
+            if step.token_id < 0 and step.source == "model"
+            else step
+            for step in steps
+        ]
 
 
 def _rank(candidates: Candidates, text: str, token_id: int) -> int:

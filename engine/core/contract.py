@@ -65,8 +65,9 @@ class Context(Protocol):
     def truncate(self, length: int) -> None:
         """Forget every position from `length` on (a rewind); the positions before are kept, not recomputed."""
 
-    def close_stream(self) -> None:
-        """End an open stream now (Stop, or any steering)."""
+    def close_stream(self, steps: list[Step]) -> list[Step]:
+        """End an open stream now (Stop, or any steering; nothing to do when none is open) -> the session's
+        steps, or a new list where the stream had left some ids unknown (-1) and they are now known."""
 
 
 class Backend(Protocol):

@@ -45,9 +45,9 @@ def replay_session(trace: dict, model):
     """-> (the replayed Session, its ReplayReport); the window keeps the session to continue from."""
     validate_trace(trace)
     notes = []
-    recorded_model = trace["model"]
-    if recorded_model["weights_sha256"] != model.weights_sha256 or recorded_model.get("url") != getattr(
-        model, "root", None
+    recorded_model, this_model = trace["model"], model.describe()
+    if recorded_model["weights_sha256"] != this_model["weights_sha256"] or recorded_model.get("url") != this_model.get(
+        "url"
     ):
         notes.append(f"recorded with {recorded_model['name']} {recorded_model['weights_sha256'][:12]}, "
                      f"replayed with {model.name} {model.weights_sha256[:12]}")  # fmt: skip
@@ -69,7 +69,7 @@ def replay_session(trace: dict, model):
     report = _compare(trace["steps"], [step.to_dict() for step in session.steps], notes)
     if stopped and report.identical:  # the steps agree, but the trace holds an action this model refuses
         report = ReplayReport(False, report.steps, None, tuple(notes))
-    if getattr(model, "remote", False) and not report.identical:
+    if not model.capabilities.local_sampling and not report.identical:
         notes.append("the server sampled this replay; inference servers do not always promise the same "
                      "tokens for the same seed (batching, prefix caches, threads)")  # fmt: skip
         report = ReplayReport(report.identical, report.steps, report.first_difference, tuple(notes))
@@ -110,12 +110,10 @@ def _perform(session, action: dict) -> None:
     if kind == "sample":
         session.step()
     elif kind == "stream":  # one streaming request that gave n tokens before something intervened
-        session.stream_generation = True
         for _ in range(action["n"]):
-            if session.step() is None:  # the session's own limits bound a count the file claims
+            if session.step(stream=True) is None:  # the session's own limits bound a count the file claims
                 break
         session.interrupt()
-        session.stream_generation = False
     elif kind == "force":
         session.force_token(action["token_id"])
         session.step()

@@ -1,20 +1,20 @@
 """THE generation loop. Everything that generates (generate(), the CLI, the window, replay, the benches)
-drives a Session: it holds the text so far and the KV cache, takes one step at a time, and lets a person
-or a rule steer between two steps.
+drives a Session: it holds the text so far, takes one step at a time, and lets a person or a rule steer
+between two steps. The model's side (a KV cache, or a server) is the backend's Context
+(engine/core/contract.py): the Session holds no backend-specific code.
 
 Every change to a session is one logged action (sample, force, insert, choose, rewind, settings); replaying the log
 on a fresh session repeats the same forward passes in the same chunks, so a trace replays bit for bit.
 """
 
-import math
 import random
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from engine.core.rules import Rule
-from engine.core.sampling import Settings, draw
-from engine.core.steps import SOURCES, Candidates, Step, StepMaker
+from engine.core.sampling import Settings
+from engine.core.steps import SOURCES, Candidates, Step
 
 
 class Session:
@@ -41,21 +41,11 @@ class Session:
         self.steps: list[Step] = []
         self.actions: list[dict] = []  # the log that replay repeats
         self.events: list[str] = []  # what went wrong in a rule or tool, for the person to read
-        self._texts: dict[int, str] = {}
-        self._maker = StepMaker(model.tokenizer, self.settings, self._texts)
         self._epochs = [Epoch(0, self.settings, 0)]  # settings in force from a step on; see update_settings
-        # A remote model (an inference server) samples itself: no cache, no scores here. Generation may then
-        # stream several tokens per request; any steering closes the stream first.
-        self.remote = bool(getattr(model, "remote", False))
-        self.stream_generation = False
-        self._stream = None
-        self._stream_action: dict | None = None
-        self._ended_at: int | None = None  # a server ended the text after this many steps
-        self._cache = None if self.remote else model.new_cache()
-        self._next_scores = None  # scores for the position after ids[-1], once computed
-        # per step, for rewinding without a forward pass: the scores row it was chosen from, the text's
-        # length and the number of random draws used before it
-        self._rows: list[np.ndarray] = []
+        self._context = model.open_context()  # the model's side: a KV cache, or a server's open stream
+        self._stream_action: dict | None = None  # the "stream" action counting an open stream's tokens
+        self._ended_at: int | None = None  # the backend ended the text after this many steps
+        # per step, for rewinding: the text's length and the number of random draws used before it
         self._text_lengths: list[int] = []
         self._draws_before: list[int] = []
         self._rng = random.Random(self.settings.seed)
@@ -85,25 +75,21 @@ class Session:
         without taking it; None when the context is full. Computing it now costs the next step nothing."""
         if len(self.ids) >= self.model.context_length:
             return None
-        if self.remote:
-            return self.model.candidates(self.model.next_distribution(self.ids, self.text))
-        return self._maker.candidates(self._maker.distributions(self._scores()))
+        return self._context.candidates(self.ids, self.text, self.settings)
 
     # --- stepping --------------------------------------------------------------------------------
-    def step(self) -> Step | None:
+    def step(self, stream: bool = False) -> Step | None:
         """Take one step and return it, or None once generation has stopped (see `stopped`).
 
         A forced token goes first; then, if a rule's trigger ends the text, the rule acts (its steps are
-        handed out one per call); otherwise the model samples one token."""
+        handed out one per call); otherwise the model samples one token. stream: a backend that can keep one
+        request open gives the next tokens from it (Generate); any steering closes it."""
         if self._returned < len(self.steps):
             self._returned += 1
             return self.steps[self._returned - 1]
         if self._forced is not None:  # actions are logged once done: a failed request changes nothing
             token_id = self._forced
-            if self.remote:
-                self._append_remote([token_id], "forced")
-            else:
-                self._append(token_id, "forced", self._scores())
+            self._append(self._context.force(self.ids, self.text, [token_id], "forced", self.settings))
             self._forced = None
             self._log({"kind": "force", "token_id": token_id})
             return self._hand_out()
@@ -111,77 +97,57 @@ class Session:
             return None
         if self._fire_rules():
             return self._hand_out()
-        if self.remote:
-            return self._remote_sample()
-        scores = self._scores()
-        dists = self._maker.distributions(scores)
-        final = dists[-1]
-        if self.settings.temperature == 0:
-            token_id, u = int(dists[0][0]), None  # the best candidate: highest score, lowest id
-        else:
-            u = self._rng.getstate(), self._rng.random()  # the state, to give the draw back if the step fails
-            token_id = draw(final, u[1])
-        try:
-            self._append(token_id, "model", scores, dists, None if u is None else u[1])
-        except BaseException:
-            if u is not None:
-                self._rng.setstate(u[0])
-            raise
-        self._draws += u is not None
-        self._log({"kind": "sample"})  # logged once the step exists: a failed step leaves no trace
-        return self._hand_out()
+        return self._sample(stream and self.model.capabilities.streaming)
 
-    def _remote_sample(self) -> Step | None:
-        """The server draws the next token: one request, or the next token of an open stream."""
-        if self.stream_generation:
-            opened = self._stream is None
-            if opened:
-                remaining = self.settings.max_new_tokens - len(self.steps)
-                self._stream = self.model.stream(self.ids, self.text, self.settings, remaining)
-            try:
-                token = next(self._stream, None)
-            except ValueError:
+    def _sample(self, stream: bool) -> Step | None:
+        state = self._rng.getstate()  # given back if the step fails: a failed step uses no draw
+        opening = stream and self._stream_action is None
+        try:
+            step, ends = self._context.sample(
+                self.ids,
+                self.text,
+                self.settings,
+                self._rng.random,
+                stream,
+                self.settings.max_new_tokens - len(self.steps),
+            )
+        except BaseException:
+            self._rng.setstate(state)
+            if stream:
                 self.interrupt()  # closes the broken stream and asks for the ids it left unknown
-                raise
-            if opened:
-                self._log({"kind": "stream", "n": 0})
-                self._stream_action = self.actions[-1]
-        else:
-            token = self.model.sample(self.ids, self.text, self.settings)  # a fault raises: nothing logged
-        if token is None:  # the server ended the text (or a stream ran out)
-            if self.stream_generation:
-                self.interrupt()
-            else:
+            raise
+        if opening:
+            self._log({"kind": "stream", "n": 0})
+            self._stream_action = self.actions[-1]
+        if step is None:  # the backend ended the text (a server's stream ran out, or it said stop)
+            self.interrupt()
+            if not stream:
                 self._log({"kind": "sample"})
             self._ended_at = len(self.steps)
             return None
-        step = self.model.make_step(token, "model", ask=not self.stream_generation)
-        self._append_step(step, None)
-        if self.stream_generation:
+        self._append([step])
+        self._draws += step.draw is not None
+        if stream:
             self._stream_action["n"] += 1
         else:
-            self._log({"kind": "sample"})  # logged once the step exists
-        if token.finish == "stop":
+            self._log({"kind": "sample"})  # logged once the step exists: a failed step leaves no trace
+        if ends:
             self._ended_at = len(self.steps)
         return self._hand_out()
 
     def interrupt(self) -> None:
-        """Close a server stream now (Stop, or any steering): the server stops generating for us. Token
-        ids a stream left unknown are then asked for where the server needs ids in its prompts."""
-        if self._stream is None:
-            return
-        self._stream.close()
-        self._stream, self._stream_action = None, None
-        start = len(self.prompt_ids)
-        for index, step in enumerate(self.steps):
-            if step.token_id < 0 and step.source == "model":
-                known = replace(step, token_id=self.model.tokenizer.token_id(step.token))
-                self.steps[index], self.ids[start + index] = known, known.token_id
+        """Close an open stream now (Stop, or any steering): a server stops generating for us, and the ids
+        its stream left unknown are filled in."""
+        self._stream_action = None
+        steps = self._context.close_stream(self.steps)
+        if steps is not self.steps:
+            self.steps[:] = steps
+            self.ids[len(self.prompt_ids) :] = [step.token_id for step in steps]
 
-    def run(self) -> list[Step]:
+    def run(self, stream: bool = False) -> list[Step]:
         """Step until generation stops; returns the steps this call took."""
         taken = []
-        while (step := self.step()) is not None:
+        while (step := self.step(stream)) is not None:
             taken.append(step)
         return taken
 
@@ -272,14 +238,12 @@ class Session:
         self.interrupt()
         self._log({"kind": "rewind", "n": n})
         keep = len(self.steps) - n
-        self._next_scores = self._rows[keep]
         self._ended_at = None
         self.text = self.text[: self._text_lengths[keep]]
         draws = self._draws_before[keep]
-        del self.steps[keep:], self._rows[keep:], self._text_lengths[keep:], self._draws_before[keep:]
+        del self.steps[keep:], self._text_lengths[keep:], self._draws_before[keep:]
         del self.ids[len(self.prompt_ids) + keep :]
-        if self._cache is not None:
-            self._cache.truncate(len(self.ids))
+        self._context.truncate(len(self.ids))
         while self._epochs[-1].start > keep:  # settings changed after the point we return to
             self._epochs.pop()
         if draws != self._draws or self._epochs[-1].settings != self.settings:
@@ -302,58 +266,19 @@ class Session:
     def _enter_epoch(self, epoch: "Epoch", draws: int) -> None:
         """Make `epoch` current with `draws` draws taken in all: its settings, and its random stream
         advanced past the draws its own steps took (~0.1 us each)."""
-        if epoch.settings != self.settings:
-            self.settings = epoch.settings
-            self._maker = StepMaker(self.model.tokenizer, epoch.settings, self._texts)
+        self.settings = epoch.settings
         self._rng, self._draws = random.Random(epoch.settings.seed), draws
         for _ in range(draws - epoch.draws_before):
             self._rng.random()
 
-    def _scores(self) -> np.ndarray:
-        """Scores for the next position: feeds every token not yet in the cache in one forward."""
-        if self._next_scores is None:
-            self._next_scores = self._decode(self.ids[self._cache.length :], last_only=True)[-1]
-        return self._next_scores
-
-    def _decode(self, token_ids, last_only=False) -> np.ndarray:
-        """The model's scores after feeding token_ids; a failed or non-finite forward leaves the cache as
-        it was, so the session is unchanged."""
-        start = self._cache.length
-        try:
-            rows = self.model.decode(token_ids, self._cache, last_only=last_only)
-            finite = np.isfinite(rows).all(axis=-1)
-            if not finite.all():
-                position = start + (int(np.argmin(finite)) if not last_only else len(token_ids) - 1)
-                raise ValueError(f"the model produced non-finite scores (NaN or inf) at position {position}: "
-                                 "its weights or its cache are damaged")  # fmt: skip
-        except BaseException:
-            self._cache.truncate(start)
-            raise
-        return rows
-
-    def _append(self, token_id, source, scores, dists=None, u=None, options=None) -> Step:
-        step = self._maker.make(scores, token_id, source, dists, u, options)
-        return self._append_step(step, scores)
-
-    def _append_step(self, step: Step, scores) -> Step:
-        self.steps.append(step)
-        self._rows.append(scores)
-        self._text_lengths.append(len(self.text))
-        self._draws_before.append(self._draws)  # a sampled step counts its own draw once it exists
-        self.ids.append(step.token_id)
-        self.text += step.token
-        self._next_scores = None
-        return step
-
-    def _append_remote(self, token_ids, source, options=None) -> list[Step]:
-        """Forced tokens on a server, scored in place (their probabilities and the server's top N at each:
-        one echoing request, or one request per token where the server does not echo); each step is its
-        id's own text, so the text grows by exactly the steps."""
-        scored = self.model.score(self.ids, self.text, token_ids)
-        steps = [
-            self.model.make_step(token, source, options if index == 0 else None) for index, token in enumerate(scored)
-        ]
-        return [self._append_step(step, None) for step in steps]  # appended only once all are known
+    def _append(self, steps: list[Step]) -> list[Step]:
+        for step in steps:
+            self.steps.append(step)
+            self._text_lengths.append(len(self.text))
+            self._draws_before.append(self._draws)  # a sampled step counts its own draw once it exists
+            self.ids.append(step.token_id)
+            self.text += step.token
+        return steps
 
     def _handed_to_caller(self, steps: list[Step]) -> list[Step]:
         self._returned = len(self.steps)  # the caller has them; step() must not hand them out again
@@ -364,46 +289,11 @@ class Session:
         return self.steps[self._returned - 1]
 
     def _insert(self, token_ids, source, options=None) -> list[Step]:
-        if self.remote:
-            return self._append_remote(token_ids, source, options)
-        first_row = self._scores()
-        rows = [first_row]
-        if len(token_ids) > 1:
-            rows += list(self._decode(self.ids[self._cache.length :] + token_ids[:-1]))
-        taken = [
-            self._append(token_id, source, row, options=options if i == 0 else None)
-            for i, (token_id, row) in enumerate(zip(token_ids, rows))
-        ]
-        return taken  # the last inserted token is not fed yet; all the others are in the cache
-
-    def _option_probabilities(self, encoded) -> list[tuple[float, float]]:
-        """(probability under the settings, raw model probability) of each whole option. A server reports
-        raw probabilities only, for its top N: an option with a token outside them counts as 0."""
-        if self.remote:
-            results = []
-            for token_ids in encoded:
-                scored = self.model.score(self.ids, self.text, token_ids)
-                p = math.prod(math.exp(t.logprob) if t.logprob is not None else 0.0 for t in scored)
-                results.append((p, p))
-            return results
-        first = self._scores()
-        start = self._cache.length
-        results = []
-        for token_ids in encoded:
-            rows = [first]
-            if len(token_ids) > 1:
-                rows += list(self._decode(token_ids[:-1]))
-                self._cache.truncate(start)
-            p_settings = p_raw = 1.0
-            for token_id, row in zip(token_ids, rows):
-                _, raw, _, _, final = self._maker.distributions(row)
-                p_settings *= float(final[token_id])
-                p_raw *= float(raw[token_id])
-            results.append((p_settings, p_raw))
-        return results
+        """Forced steps, appended only once every one is known: a failure adds none."""
+        return self._append(self._context.force(self.ids, self.text, token_ids, source, self.settings, options))
 
     def _choose(self, options, encoded, source) -> list[Step]:
-        probabilities = self._option_probabilities(encoded)
+        probabilities = self._context.option_probabilities(self.ids, self.text, encoded, self.settings)
         best = max(range(len(options)), key=lambda i: (probabilities[i][0], probabilities[i][1], -i))
         recorded = tuple((option, p) for option, (p, _) in zip(options, probabilities))
         return self._insert(encoded[best], source, options=recorded)
@@ -419,7 +309,7 @@ class Session:
         return False
 
     def _act(self, rule: Rule) -> bool:
-        self.interrupt()  # a server's open stream would go on from the text as it was before the rule
+        self.interrupt()  # an open stream would go on from the text as it was before the rule
         room = self.model.context_length - len(self.ids)
         if rule.action == "choose":
             encoded = [self.model.tokenizer.encode(o) for o in rule.choose]

@@ -32,7 +32,7 @@ def session_trace(session) -> dict:
         "schema": SCHEMA,
         "engine_version": __version__,
         "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "model": _model_description(session.model),
+        "model": session.model.describe(),
         "prompt": session.prompt,
         "prompt_token_ids": list(session.prompt_ids),
         "settings": session.initial_settings.to_dict(),
@@ -43,19 +43,6 @@ def session_trace(session) -> dict:
         "stopped": session.stopped,
         "events": list(session.events),
     }
-
-
-def _model_description(model) -> dict:
-    scoring = {  # how a server scored forced and inserted tokens (engine/backends/remote.py)
-        "echo": "echo: one request echoes the prompt's log-probabilities (one request per token where the echo does not line up)",
-        "per position": "one request per position: each forced token read from the top N of a one-token request",
-    }
-    described = {"name": model.name, "weights_sha256": model.weights_sha256}
-    if getattr(model, "remote", False):  # a server: where it was, which model, and how prompts were sent
-        described.update(url=model.root, server_model=model.model_id,
-                         prompt_format="token ids" if model.capabilities.get("token_id_prompts") else "text",
-                         scoring=scoring.get(model.capabilities.get("scoring"), "unknown"))  # fmt: skip
-    return described
 
 
 def save_trace(trace: dict, path) -> None:

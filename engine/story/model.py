@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from engine.backends.local import LocalBackend
 from engine.core.checks import checked_ids
 
 LAYER_NORM_EPS = 1e-5
@@ -171,8 +172,8 @@ def forward(params, config: Config, ids, cache: KVCache | None = None, acts: dic
     return scores
 
 
-class StoryModel:
-    """The shipped story model: parameters, config and tokenizer behind the engine's model surface."""
+class StoryModel(LocalBackend):
+    """The shipped story model: parameters, config and tokenizer behind the backend contract."""
 
     def __init__(self, params, config: Config, tokenizer, name: str = "story model", weights_sha256: str = ""):
         self.params = params
@@ -191,15 +192,15 @@ class StoryModel:
     def vocab_size(self) -> int:
         return self.config.vocab_size
 
-    def logits(self, ids) -> np.ndarray:
+    def scores(self, ids) -> np.ndarray:
         """The full forward: token ids [T] -> float32 scores [T, vocab] for every position."""
         return forward(self.params, self.config, self._checked_ids(ids, already=0))
 
     def new_cache(self) -> KVCache:
         return KVCache(self.config)
 
-    def decode(self, ids, cache: KVCache, last_only: bool = False) -> np.ndarray:
-        """Incremental decode: the ids continue the cached text -> float32 scores [len(ids), vocab]
+    def forward_cached(self, ids, cache: KVCache, last_only: bool = False) -> np.ndarray:
+        """The forward pass over ids that continue the cached text -> float32 scores [len(ids), vocab]
         (last_only: the story model is small enough to score every position anyway; [1, vocab] back)."""
         scores = forward(self.params, self.config, self._checked_ids(ids, already=cache.length), cache)
         return scores[-1:] if last_only else scores

@@ -95,7 +95,7 @@ def color_position(model, dev) -> dict:
     """Top-5 next tokens where the last sentence names the color, receiver leo, for T 0.5, 1.0, 2.0."""
     story = next(s for s in dev if s.split(". now ")[1].startswith("leo has the ") and " red " not in s)
     prompt = story[: story.index(" now leo has the") + len(" now leo has the")]
-    scores = model.logits(model.tokenizer.encode(prompt))[-1]
+    scores = model.scores(model.tokenizer.encode(prompt))[-1]
     top5 = {}
     for temperature in (0.5, 1.0, 2.0):
         probs = next_token_probs(scores, temperature)

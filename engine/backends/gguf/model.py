@@ -32,6 +32,7 @@ from engine.backends import blas_threads
 from engine.backends.gguf import checks as gguf_checks
 from engine.backends.gguf.checks import NEOX_ROPE, SUPPORTED_ARCHITECTURES  # noqa: F401 - engine.loading imports them from here
 from engine.backends.gguf.tokenizer import GGUFTokenizer, build_tokenizer
+from engine.backends.local import LocalBackend
 from engine.core.checks import checked_ids
 
 CACHE_SCHEMA = "token-playground/gguf-cache/3"  # 3: meta.json holds digests of itself and of both files
@@ -161,10 +162,8 @@ def forward(weights, config: LlamaConfig, ids, cache: LlamaCache, tables, last_o
     return h @ weights["output"]  # [T, vocab]
 
 
-class LlamaModel:
-    """A GGUF model behind the same surface as the story model."""
-
-    end_reason = "end of text"
+class LlamaModel(LocalBackend):
+    """A GGUF model in numpy behind the backend contract."""
 
     def __init__(self, config: LlamaConfig, weights: dict, tokenizer: GGUFTokenizer, name: str, file_sha256: str,
                  end_token_ids, context_length: int, source: str = ""):  # fmt: skip
@@ -189,16 +188,19 @@ class LlamaModel:
     def new_cache(self) -> LlamaCache:
         return LlamaCache(self.config, self._context_length)
 
-    def decode(self, ids, cache: LlamaCache, last_only: bool = False) -> np.ndarray:
-        """Incremental decode: the ids continue the cached text -> float32 scores [len(ids), vocab]
+    def forward_cached(self, ids, cache: LlamaCache, last_only: bool = False) -> np.ndarray:
+        """The forward pass over ids that continue the cached text -> float32 scores [len(ids), vocab]
         (or [1, vocab] with last_only)."""
         ids = self._checked_ids(ids, cache.length)
         with blas_threads.for_tokens(len(ids)):  # the thread counts are chosen, and why, in blas_threads.py
             return forward(self.weights, self.config, ids, cache, self._tables, last_only)
 
-    def logits(self, ids) -> np.ndarray:
+    def scores(self, ids) -> np.ndarray:
         """The full forward: token ids [T] -> float32 scores [T, vocab] for every position."""
-        return self.decode(ids, self.new_cache())
+        return self.forward_cached(ids, self.new_cache())
+
+    def has_chat_template(self) -> bool:
+        return bool(self.tokenizer.chat_template)
 
     def chat_prompt(self, user_text: str) -> str:
         return self.tokenizer.chat_prompt(user_text)

@@ -1,0 +1,148 @@
+"""The local context: a KV cache and the engine's own sampler chain over the whole row of scores.
+
+The story model and GGUF models in numpy share it: each offers `new_cache()` and
+`forward_cached(ids, cache, last_only)` (float32 scores [T, vocab] for ids continuing the cache). The row
+each step was chosen from is kept by position, so a rewind needs no forward pass; the last token of the
+text is fed only when the next position's scores are needed.
+"""
+
+import numpy as np
+
+from engine.core.contract import Capabilities
+from engine.core.sampling import Settings, draw
+from engine.core.steps import Candidates, Step, StepMaker
+
+
+class LocalContext:
+    def __init__(self, model):
+        self.model = model
+        self.cache = model.new_cache()
+        self._rows: dict[int, np.ndarray] = {}  # position -> the scores a token at that position was chosen from
+        self._texts: dict[int, str] = {}  # token id -> text, decoded once (shared by every StepMaker)
+        self._maker = StepMaker(model.tokenizer, Settings(), self._texts)
+
+    # --- the contract ------------------------------------------------------------------------------------
+    def candidates(self, ids, text, settings) -> Candidates:
+        maker = self._maker_for(settings)
+        return maker.candidates(maker.distributions(self._scores(ids)))
+
+    def sample(self, ids, text, settings, random, stream=False, remaining=0) -> tuple[Step, bool]:
+        maker = self._maker_for(settings)
+        scores = self._scores(ids)
+        dists = maker.distributions(scores)
+        if settings.temperature == 0:
+            token_id, u = int(dists[0][0]), None  # the best candidate: highest score, lowest id
+        else:
+            u = random()
+            token_id = draw(dists[-1], u)
+        return maker.make(scores, token_id, "model", dists, u), False
+
+    def force(self, ids, text, token_ids, source, settings, options=None) -> list[Step]:
+        """One batched forward over the new positions: the last new token is not fed yet."""
+        maker = self._maker_for(settings)
+        rows = [self._scores(ids)]
+        fed = self.cache.length
+        try:
+            if len(token_ids) > 1:
+                rows += list(self._forward(list(ids[fed:]) + list(token_ids[:-1])))
+            steps = [
+                maker.make(row, token_id, source, options=options if i == 0 else None)
+                for i, (token_id, row) in enumerate(zip(token_ids, rows))
+            ]
+        except BaseException:
+            self.cache.truncate(fed)  # nothing of these tokens stays: the session does not take them
+            raise
+        for position, row in enumerate(rows[1:], start=len(ids) + 1):
+            self._rows[position] = row
+        return steps
+
+    def option_probabilities(self, ids, text, encoded, settings) -> list[tuple[float, float]]:
+        maker = self._maker_for(settings)
+        first = self._scores(ids)
+        start = self.cache.length
+        results = []
+        for token_ids in encoded:
+            rows = [first]
+            if len(token_ids) > 1:
+                rows += list(self._forward(list(token_ids[:-1])))
+                self.cache.truncate(start)
+            p_settings = p_raw = 1.0
+            for token_id, row in zip(token_ids, rows):
+                _, raw, _, _, final = maker.distributions(row)
+                p_settings *= float(final[token_id])
+                p_raw *= float(raw[token_id])
+            results.append((p_settings, p_raw))
+        return results
+
+    def truncate(self, length: int) -> None:
+        self.cache.truncate(min(self.cache.length, length))
+        for position in [p for p in self._rows if p > length]:
+            del self._rows[position]
+
+    def close_stream(self, steps):
+        return steps  # nothing streams here
+
+    # --- internals ---------------------------------------------------------------------------------------
+    def _maker_for(self, settings: Settings) -> StepMaker:
+        if self._maker.settings != settings:
+            self._maker = StepMaker(self.model.tokenizer, settings, self._texts)
+        return self._maker
+
+    def _scores(self, ids) -> np.ndarray:
+        """Scores for position len(ids): kept from before, or one forward over the ids not yet fed."""
+        row = self._rows.get(len(ids))
+        if row is None:
+            row = self._rows[len(ids)] = self._forward(list(ids[self.cache.length :]), last_only=True)[-1]
+        return row
+
+    def _forward(self, token_ids, last_only=False) -> np.ndarray:
+        """The model's scores after feeding token_ids; a failed or non-finite forward leaves the cache as
+        it was."""
+        start = self.cache.length
+        try:
+            rows = self.model.forward_cached(token_ids, self.cache, last_only=last_only)
+            finite = np.isfinite(rows).all(axis=-1)
+            if not finite.all():
+                position = start + (int(np.argmin(finite)) if not last_only else len(token_ids) - 1)
+                raise ValueError(
+                    f"the model produced non-finite scores (NaN or inf) at position {position}: "
+                    "its weights or its cache are damaged"
+                )
+        except BaseException:
+            self.cache.truncate(start)
+            raise
+        return rows
+
+
+class LocalBackend:
+    """What a numpy model with a KV cache offers besides its forward pass (engine.core.contract.Backend):
+    subclasses give name, weights_sha256, tokenizer, end_token_ids, context_length, vocab_size, new_cache
+    and forward_cached."""
+
+    end_reason = "end of text"
+    source = ""  # the file it came from; "" for the built-in model
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            full_distribution=True,
+            local_sampling=True,
+            local_tokenizer=True,
+            chat_template=self.has_chat_template(),
+            streaming=False,
+        )
+
+    def has_chat_template(self) -> bool:
+        return False
+
+    def chat_prompt(self, user_text: str) -> str:
+        raise ValueError(f"{self.name} has no chat template: send the text as it is")
+
+    def open_context(self) -> LocalContext:
+        return LocalContext(self)
+
+    def describe(self) -> dict:
+        return {"name": self.name, "weights_sha256": self.weights_sha256}
+
+    def close(self) -> None:
+        pass  # nothing is held open
