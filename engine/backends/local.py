@@ -31,10 +31,10 @@ class LocalContext:
         scores = self._scores(ids)
         dists = maker.distributions(scores)
         if settings.temperature == 0:
-            token_id, u = int(dists[0][0]), None  # the best candidate: highest score, lowest id
+            token_id, u = int(dists.top[0]), None  # the best candidate: highest score, lowest id
         else:
             u = random()
-            token_id = draw(dists[-1], u)
+            token_id = draw(dists.final, u)
         return maker.make(scores, token_id, "model", dists, u), False
 
     def force(self, ids, text, token_ids, source, settings, options=None) -> list[Step]:
@@ -68,9 +68,9 @@ class LocalContext:
                 self.cache.truncate(start)
             p_settings = p_raw = 1.0
             for token_id, row in zip(token_ids, rows):
-                _, raw, _, _, final = maker.distributions(row)
-                p_settings *= float(final[token_id])
-                p_raw *= float(raw[token_id])
+                dists = maker.distributions(row)
+                p_settings *= float(dists.final[token_id])
+                p_raw *= float(dists.raw[token_id])
             results.append((p_settings, p_raw))
         return results
 

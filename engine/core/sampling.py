@@ -10,8 +10,12 @@ The chain, in this order (as in llama.cpp's sampler chain, each stage renormalis
 
 Neutral settings are no-ops: top_k None, top_p None or 1, min_p None or 0. Every stage keeps a prefix of
 the tokens ranked by score (ties to the lower id), so the filters work on that ranking (`top_ids`).
+
+The chain is data: `chain(settings)` is a tuple of named `Stage`s, and `run_chain` gives the probabilities
+after each, by name (engine/core/steps.py's `Distributions`).
 """
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -128,17 +132,38 @@ def apply_min_p(probs, min_p: float | None):
     return keep(probs, np.flatnonzero(probs >= min_p * probs.max()))
 
 
-def sampling_stages(scores, settings: Settings, raw=None):
-    """-> (after temperature, after top-k, final) probabilities, each [V] float32.
+@dataclass(frozen=True)
+class Stage:
+    """One stage of the chain: its name and what it does to the probabilities (the scores give the ranking
+    the filters keep a prefix of)."""
 
-    `raw`, the plain softmax if the caller has it, is reused as is at temperature 1 (it is identical)."""
-    if settings.temperature == 1 and raw is not None:
-        tempered = raw
-    else:
-        tempered = apply_temperature(scores, settings.temperature)
-    top_k = apply_top_k(tempered, scores, settings.top_k)
-    final = apply_min_p(apply_top_p(top_k, scores, settings.top_p), settings.min_p)
-    return tempered, top_k, final
+    name: str
+    apply: Callable[[np.ndarray, np.ndarray], np.ndarray]  # (probabilities [V], scores [V]) -> probabilities [V]
+
+
+def chain(settings: Settings) -> tuple[Stage, ...]:
+    """The contract's chain for these settings, in its order; a stage with a neutral setting is a no-op.
+    Adding a stage is an apply_ function and one line here."""
+    return (
+        Stage("temperature", lambda probs, scores: _tempered(probs, scores, settings.temperature)),
+        Stage("top_k", lambda probs, scores: apply_top_k(probs, scores, settings.top_k)),
+        Stage("top_p", lambda probs, scores: apply_top_p(probs, scores, settings.top_p)),
+        Stage("min_p", lambda probs, scores: apply_min_p(probs, settings.min_p)),
+    )
+
+
+def _tempered(raw, scores, temperature: float):
+    """The plain softmax (`raw`, what the chain starts from) is reused as is at temperature 1: identical."""
+    return raw if temperature == 1 else apply_temperature(scores, temperature)
+
+
+def run_chain(stages: tuple[Stage, ...], scores, raw) -> dict[str, np.ndarray]:
+    """-> {stage name: probabilities [V] after it}, in the chain's order; the last is what the draw uses.
+    raw: softmax(scores), the chain's input."""
+    after, probs = {}, raw
+    for stage in stages:
+        probs = after[stage.name] = stage.apply(probs, scores)
+    return after
 
 
 def next_token_probs(scores, temperature, top_k=None, top_p=None, min_p=None):
@@ -147,7 +172,8 @@ def next_token_probs(scores, temperature, top_k=None, top_p=None, min_p=None):
     if scores.ndim != 1 or scores.size == 0:
         raise ValueError(f"scores must be one non-empty row, got shape {scores.shape}")
     settings = Settings(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p).check_vocab(scores.size)
-    return sampling_stages(scores, settings)[-1]
+    stages = run_chain(chain(settings), scores, softmax(scores))
+    return stages[next(reversed(stages))]
 
 
 def draw(probs, u: float) -> int:

@@ -2,7 +2,9 @@
 
 from dataclasses import asdict, dataclass, fields
 
-from engine.core.sampling import Settings, model_rank, sampling_stages, softmax, top_ids
+import numpy as np
+
+from engine.core.sampling import Settings, chain, model_rank, run_chain, softmax, top_ids
 
 TOP_CANDIDATES = 20  # candidates kept per step: the chart's bars
 SOURCES = ("model", "forced", "rule", "tool")
@@ -20,6 +22,19 @@ class Candidates:
     final: tuple[float, ...]  # after top-p and min-p: what the draw uses
 
     STAGES = ("raw", "temperature", "top_k", "final")
+
+
+@dataclass(frozen=True)
+class Distributions:
+    """Everything a step needs from one row of scores: the whole vocabulary at every stage."""
+
+    top: np.ndarray  # the ids of the top candidates, most likely first
+    raw: np.ndarray  # softmax of the scores, temperature 1 [V]
+    stages: dict[str, np.ndarray]  # probabilities [V] after each stage of the chain, in its order
+
+    @property
+    def final(self) -> np.ndarray:  # what the draw uses
+        return self.stages[next(reversed(self.stages))]
 
 
 @dataclass(frozen=True)
@@ -54,6 +69,7 @@ class StepMaker:
     def __init__(self, tokenizer, settings: Settings, texts: dict[int, str] | None = None):
         self.tokenizer = tokenizer
         self.settings = settings
+        self.chain = chain(settings)
         self._texts = {} if texts is None else texts  # token id -> text, decoded once (shareable)
 
     def text(self, token_id: int) -> str:
@@ -62,34 +78,32 @@ class StepMaker:
             text = self._texts[token_id] = self.tokenizer.decode([token_id])
         return text
 
-    def distributions(self, scores):
-        """-> (top ids, raw, tempered, top_k, final): everything a step needs to know, from one row."""
+    def distributions(self, scores) -> Distributions:
         raw = softmax(scores)
-        return (top_ids(scores, TOP_CANDIDATES), raw, *sampling_stages(scores, self.settings, raw))
+        return Distributions(top_ids(scores, TOP_CANDIDATES), raw, run_chain(self.chain, scores, raw))
 
-    def candidates(self, dists) -> Candidates:
-        top, raw, tempered, top_k, final = dists
-        top_ids = top.tolist()
+    def candidates(self, dists: Distributions) -> Candidates:
+        top = dists.top
+        top_list = top.tolist()
         return Candidates(
-            token_ids=tuple(top_ids),
-            tokens=tuple(self.text(i) for i in top_ids),
-            raw=tuple(raw[top].tolist()),
-            temperature=tuple(tempered[top].tolist()),
-            top_k=tuple(top_k[top].tolist()),
-            final=tuple(final[top].tolist()),
+            token_ids=tuple(top_list),
+            tokens=tuple(self.text(i) for i in top_list),
+            raw=tuple(dists.raw[top].tolist()),
+            temperature=tuple(dists.stages["temperature"][top].tolist()),
+            top_k=tuple(dists.stages["top_k"][top].tolist()),
+            final=tuple(dists.final[top].tolist()),
         )
 
     def make(self, scores, token_id: int, source: str, dists=None, draw=None, options=None) -> Step:
         dists = dists if dists is not None else self.distributions(scores)
-        _top, raw, _tempered, _top_k, final = dists
         candidates = self.candidates(dists)
         token_id, choice = int(token_id), candidates.token_ids[0]
         return Step(
             token=self.text(token_id),
             token_id=token_id,
-            probability=float(final[token_id]),
+            probability=float(dists.final[token_id]),
             source=source,
-            model_probability=float(raw[token_id]),
+            model_probability=float(dists.raw[token_id]),
             model_rank=model_rank(scores, token_id),
             model_choice=self.text(choice),
             model_choice_id=choice,
