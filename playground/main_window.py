@@ -75,15 +75,13 @@ class MainWindow(QMainWindow):
 
     # --- public interface ------------------------------------------------------------------------------
     def session(self) -> "engine.Session | None":
+        """The worker's live session, for tests to look into once the worker is idle (the window itself
+        reads only the worker's SessionView: controller.known)."""
         return self.controller.worker.session
 
     def export_trace(self, path) -> Path:
         """Save the current session's trace (the engine's JSON, written atomically)."""
-        session = self.session()
-        if session is None:
-            raise ValueError("nothing to export yet: generate or step first")
-        with self.controller.worker.lock:  # the worker may be between two steps
-            trace = session.trace()
+        trace = self.controller.trace()  # made by the worker; ValueError when there is nothing to export
         engine.save_trace(trace, path)
         self.message_label.setText(f"Exported {len(trace['steps'])} steps to {path}")
         return Path(path)

@@ -5,14 +5,20 @@ loop (a few ms of steps each) and posts the next turn to itself, so a command th
 (force a token, insert text) is handled within a few ms; Stop sets a thread-safe flag that is checked
 before every step.
 Every step goes to the GUI as one `stepped` signal; any exception becomes a readable `failed` message.
+
+Only this thread touches the session: after each change it publishes a SessionView (`changed`), and a
+trace for export is made here too, on request (`make_trace`), between two steps.
 """
 
 import threading
 import time
+from concurrent.futures import Future
 
 from PySide6.QtCore import QMetaObject, QObject, Qt, QThread, Signal, Slot
 
 import engine
+
+from .session_view import SessionView
 
 STOPPED_BY_YOU = "stopped by you"
 LOAD_CANCELLED = "loading cancelled"
@@ -39,7 +45,7 @@ TICK_SECONDS = 0.004  # a turn of generation: short enough that a click is taken
 
 
 class GenerationWorker(QObject):
-    sessionStarted = Signal(object)  # the new engine.Session
+    changed = Signal(object)  # a SessionView: the session as it is now
     redraw = Signal(str, object)  # (prompt, copy of the steps): the view shows exactly this session
     stepped = Signal(object)  # engine.Step
     preview = Signal(object, object)  # (engine.Candidates of the next step or None, why it stopped or None)
@@ -56,8 +62,8 @@ class GenerationWorker(QObject):
     def __init__(self, model):
         super().__init__()
         self.model = model
-        self.session: engine.Session | None = None
-        self.lock = threading.Lock()  # held while the session changes; the GUI takes it to read a trace
+        self.session: engine.Session | None = None  # this thread's only: the GUI reads the SessionView
+        self._handled = 0  # session commands (start, reset) handled, for the SessionView
         self._stop = threading.Event()
         self._cancel_load = threading.Event()
         self._loaded_here = False  # a model this worker loaded is its own to close (a server's connections)
@@ -74,22 +80,19 @@ class GenerationWorker(QObject):
         """Thread-safe: a model being loaded is dropped at its next progress report (the old one stays)."""
         self._cancel_load.set()
 
-    @property
-    def generating(self) -> bool:
-        return self._generating
-
     # --- slots: run in the worker thread -----------------------------------------------------------
     @Slot(object)
     def start_session(self, request: dict) -> None:
         """request: {"prompt", "settings": {...}, "rules": [...], "then": "generate" | "step" | None}."""
+        self._handled += 1
         try:
             session = engine.Session(self.model, request["prompt"], rules=request["rules"], **request["settings"])
         except ValueError as error:
+            self._publish()  # handled: the session is the one there was
             self.failed.emit(str(error))
             return
-        with self.lock:
-            self.session = session
-        self.sessionStarted.emit(session)
+        self.session = session
+        self._publish()
         self.redraw.emit(session.prompt, [])
         then = request.get("then")
         if then == "generate":
@@ -105,8 +108,8 @@ class GenerationWorker(QObject):
             return
         self._stop.clear()
         self._generating = True
-        self.session.stream_generation = True  # a server may stream several tokens per request
         self._run_started, self._run_steps = time.perf_counter(), 0
+        self._publish()
         self.busyChanged.emit(True)
         self._tick()
 
@@ -122,12 +125,11 @@ class GenerationWorker(QObject):
                 self._finish(STOPPED_BY_YOU)
                 return
             try:
-                with self.lock:
-                    step = self.session.step()
+                step = self.session.step(stream=True)  # a server may stream several tokens per request
             except Exception as error:  # noqa: BLE001 - the message reaches the person; the app stays usable
                 self._generating = False
                 self.session.interrupt()
-                self.session.stream_generation = False
+                self._publish()
                 self.busyChanged.emit(False)
                 self.failed.emit(f"generation failed: {type(error).__name__}: {error}")
                 return
@@ -138,13 +140,13 @@ class GenerationWorker(QObject):
             self.stepped.emit(step)
             if time.perf_counter() >= deadline:
                 break
+        self._publish()
         QMetaObject.invokeMethod(self, "_tick", Qt.ConnectionType.QueuedConnection)
 
     def _finish(self, reason: str) -> None:
         self._generating = False
-        with self.lock:
-            self.session.interrupt()  # a server's stream closes at once
-            self.session.stream_generation = False
+        self.session.interrupt()  # a server's stream closes at once
+        self._publish()
         seconds = time.perf_counter() - self._run_started
         rate = self._run_steps / seconds if seconds > 0 else 0.0
         self.busyChanged.emit(False)
@@ -182,9 +184,9 @@ class GenerationWorker(QObject):
 
     @Slot()
     def reset(self) -> None:
-        with self.lock:
-            self.session = None
-        self.sessionStarted.emit(None)
+        self._handled += 1
+        self.session = None
+        self._publish()
 
     @Slot(int)
     def force(self, token_id: int) -> None:
@@ -241,11 +243,11 @@ class GenerationWorker(QObject):
         if self.session is None:
             return
         try:
-            with self.lock:
-                self.session.set_rules(rules)
+            self.session.set_rules(rules)
         except ValueError as error:
             self.failed.emit(str(error))
             return
+        self._publish()
         self.rulesSet.emit(len(rules))
 
     @Slot(object, int)
@@ -257,9 +259,8 @@ class GenerationWorker(QObject):
         except ValueError as error:
             self.failed.emit(f"replay failed: {error}")
             return
-        with self.lock:
-            self.session = session
-        self.sessionStarted.emit(session)
+        self.session = session
+        self._publish()
         self.replayed.emit(report, (request, session.prompt, list(session.steps), session.stopped))
         self._emit_preview()
 
@@ -270,13 +271,13 @@ class GenerationWorker(QObject):
             self.failed.emit("no session yet: press Generate or Step first")
             return False
         try:
-            with self.lock:
-                before = len(self.session.steps)
-                action(self.session)
-                steps = list(self.session.steps)
+            before = len(self.session.steps)
+            action(self.session)
+            steps = list(self.session.steps)
         except ValueError as error:
             self.failed.emit(str(error))
             return False
+        self._publish()
         if rewound:
             self.redraw.emit(self.session.prompt, steps)  # the GUI redraws the branch
         elif emit:
@@ -309,10 +310,10 @@ class GenerationWorker(QObject):
         except Exception as error:  # noqa: BLE001 - any other failure is reported, the old model stays
             self.failed.emit(_could_not_open(source, f"{type(error).__name__}: {error}"))
             return
-        with self.lock:
-            old, self.model, self.session = self.model, model, None
+        old, self.model, self.session = self.model, model, None
+        self._publish()
         if self._loaded_here:
-            close_model(old)
+            old.close()  # a server model's connections; the others have nothing to close
         self._loaded_here = True
         self.modelLoaded.emit(model)
         for message in notices:
@@ -321,7 +322,7 @@ class GenerationWorker(QObject):
     def close_own_model(self) -> None:
         """On shutdown (the thread has stopped): close a model this worker loaded."""
         if self._loaded_here:
-            close_model(self.model)
+            self.model.close()
 
     @Slot()
     def send_preview(self) -> None:
@@ -337,19 +338,31 @@ class GenerationWorker(QObject):
             self.preview.emit(None, stopped)
             return
         try:
-            with self.lock:
-                candidates = self.session.peek()
+            candidates = self.session.peek()
         except Exception as error:  # noqa: BLE001
             self.failed.emit(f"could not compute the next distribution: {error}")
             return
         self.preview.emit(candidates, None)
 
+    @Slot(object)
+    def make_trace(self, future: Future) -> None:
+        """The session's trace into `future` (a GUI that no longer waits has cancelled it)."""
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            if self.session is None:
+                raise ValueError("nothing to export yet: generate or step first")
+            future.set_result(self.session.trace())
+        except Exception as error:  # noqa: BLE001 - the waiting GUI gets it
+            future.set_exception(error)
 
-def close_model(model) -> None:
-    """Release what a model holds open (a server model's HTTP connections); others have nothing to close."""
-    close = getattr(model, "close", None)
-    if callable(close):
-        close()
+    def _publish(self) -> None:
+        session = self.session
+        if session is None:
+            view = SessionView(self._handled, generating=self._generating)
+        else:
+            view = SessionView(self._handled, session.prompt, len(session.steps), session.stopped, self._generating)
+        self.changed.emit(view)
 
 
 def _could_not_open(source, error: str) -> str:

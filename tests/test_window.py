@@ -2,9 +2,11 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from PySide6.QtCore import QPoint, Qt
@@ -15,6 +17,7 @@ from playground import MainWindow
 from playground.widgets.token_view import visible
 
 WAIT = 15000  # ms
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def child(win, cls, name):
@@ -217,6 +220,50 @@ def test_export_open_and_replay(qtbot, window, story_model, tmp_path):
         window.replay_action.trigger()
     assert blocker.args[0].startswith("identical")
     assert "identical" in window.message_label.text()
+
+
+def test_the_gui_reads_a_frozen_copy_of_the_session(qtbot, window):
+    """The worker publishes a SessionView after each change; the GUI reads only that, never the session."""
+    import dataclasses
+
+    from playground.session_view import SessionView
+
+    assert window.controller.known.view == SessionView()  # no session yet
+    step(qtbot, window)
+    step(qtbot, window)
+    generate(qtbot, window)
+    view, session = window.controller.known.view, window.session()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        view.steps = 0
+    assert (view.prompt, view.steps, view.stopped, view.generating) == (
+        session.prompt, len(session.steps), session.stopped, False
+    )  # fmt: skip
+    window.controller.reset()
+    qtbot.waitUntil(lambda: window.controller.known.view.prompt is None, timeout=WAIT)
+    assert window.controller.known.view.handled == view.handled + 1  # the reset, counted
+    gui = [path for path in (ROOT / "playground").rglob("*.py") if path.name not in ("worker.py", "main_window.py")]
+    live = re.compile(r"worker\.session\b|\.session\(\)")  # the live session is the worker's
+    assert not [path.name for path in gui if live.search(path.read_text())]
+
+
+def test_two_quick_steps_take_two_steps(qtbot, window):
+    """A Step pressed before the worker said its session has started carries that session on."""
+    button = child(window, QPushButton, "stepButton")
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+    assert window.controller.known.view.prompt is None  # the worker has not answered yet
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: window.controller.known.view.steps == 2, timeout=WAIT)
+    assert len(window.session().actions) == len(window.session().steps) == 2  # one session, two steps
+
+
+def test_export_with_nothing_to_export_says_so(qtbot, window, tmp_path):
+    with pytest.raises(ValueError, match="nothing to export"):
+        window.export_trace(tmp_path / "none.json")
+    step(qtbot, window)
+    window.controller.reset()  # the worker resets before it makes the trace: nothing to export again
+    with pytest.raises(ValueError, match="nothing to export"):
+        window.export_trace(tmp_path / "none.json")
+    assert not (tmp_path / "none.json").exists()
 
 
 def test_invalid_prompt_is_flagged_at_the_character_and_the_app_stays_usable(qtbot, window):

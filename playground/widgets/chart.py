@@ -244,14 +244,15 @@ class DistributionChart(QWidget):
         """Where bar `row` (or its label) is drawn, in scene coordinates (tests click it there)."""
         return self.plot.getPlotItem().vb.mapViewToScene(QPointF(0.02, row))
 
-    def set_remote(self, remote: bool) -> None:
-        """A server reports its top 20 raw log-probabilities only: say so, and offer only that stage."""
+    def set_full_distribution(self, full: bool) -> None:
+        """Whether every stage can be shown. A server reports its top 20 raw log-probabilities only: say so,
+        and offer only that stage."""
         for index, (key, _text) in enumerate(STAGES):
-            self.stage_buttons.button(index).setEnabled(not remote or key == "raw")
-        if remote:
+            self.stage_buttons.button(index).setEnabled(full or key == "raw")
+        if not full:
             self.set_stage("raw")
-        self.set_source_note("The server's top 20 (raw log-probabilities, before its sampler); tokens outside "
-                             "them are unknown, not zero. The server samples." if remote else "")  # fmt: skip
+        self.set_source_note("" if full else "The server's top 20 (raw log-probabilities, before its sampler); "
+                             "tokens outside them are unknown, not zero. The server samples.")  # fmt: skip
 
     def set_source_note(self, text: str) -> None:
         """A line under the chart saying where the numbers come from (e.g. a server's top-N)."""

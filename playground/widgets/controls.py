@@ -64,7 +64,6 @@ class Controls(QWidget):
     stepClicked = Signal()
     stopClicked = Signal()
     resetClicked = Signal()
-    settingsChanged = Signal()
 
     def __init__(self, vocab_size: int, context_length: int, parent=None):
         super().__init__(parent)
@@ -139,7 +138,6 @@ class Controls(QWidget):
 
         for spin in (self.temperature, self.top_k, self.top_p, self.min_p, self.seed, self.max_tokens):
             spin.setKeyboardTracking(False)
-            spin.valueChanged.connect(self.settingsChanged)
 
         grid = QGridLayout()
         grid.setHorizontalSpacing(10)
