@@ -20,11 +20,11 @@ import sys
 ROUND = r"""
 import hashlib, json, os, time
 import engine
-from engine.backends.gguf import model as gguf_model
+from engine.backends.gguf import cache as gguf_cache
 from engine.loading import smollm2_path
 
 path = smollm2_path()
-directory = gguf_model.cache_root() / gguf_model.cache_key(path)
+directory = gguf_cache.cache_root() / gguf_cache.cache_key(path)
 engine.load_model(path) if not (directory / "meta.json").exists() else None  # build the cache once
 files = [directory / name for name in ("weights.npy", "tokenizer.json", "meta.json")]
 

@@ -85,7 +85,7 @@ def _skip_gguf_value(f, kind: int) -> None:
 
 def check_gguf_architecture(path: Path) -> None:
     """Refuse a GGUF file whose architecture this engine cannot run, from its header alone."""
-    from engine.backends.gguf.model import SUPPORTED_ARCHITECTURES
+    from engine.backends.gguf.checks import SUPPORTED_ARCHITECTURES
 
     arch = gguf_architecture(path)
     if arch is not None and arch not in SUPPORTED_ARCHITECTURES:
@@ -113,7 +113,7 @@ def load_model(path=None, *, context_length=None, progress=None, model_name=None
         path = found
     path = Path(path)
     if path.suffix.lower() == ".gguf" or is_gguf(path):
-        from engine.backends.gguf.model import load_gguf
+        from engine.backends.gguf.load import load_gguf
 
         check_gguf_architecture(path)
         return load_gguf(path, context_length=context_length, progress=progress, notice=notice)

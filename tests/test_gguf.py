@@ -9,6 +9,8 @@ import pytest
 import tiny_gguf
 
 import engine
+from engine.backends.gguf import cache as gguf_cache
+from engine.backends.gguf import load as gguf_load
 from engine.backends.gguf import model as gguf_model
 
 
@@ -95,8 +97,8 @@ def test_second_load_reads_the_cache_and_a_changed_file_rebuilds_it(tiny, cache_
     path, _ = tiny
     first = engine.load_model(path)
     calls = []
-    original = gguf_model.read_gguf
-    monkeypatch.setattr(gguf_model, "read_gguf", lambda *a, **k: calls.append(1) or original(*a, **k))
+    original = gguf_load.read_gguf
+    monkeypatch.setattr(gguf_load, "read_gguf", lambda *a, **k: calls.append(1) or original(*a, **k))
     second = engine.load_model(path)
     assert calls == []  # the GGUF file was not parsed again
     ids = first.tokenizer.encode(PROMPT)
@@ -140,7 +142,7 @@ def test_unsupported_architecture(tmp_path, cache_dir):
 
 def test_float32_end_to_end(tiny):
     model = engine.load_model(tiny[0])
-    assert all(np.asarray(w).dtype == np.float32 for name, w in gguf_model._flatten(model.weights))
+    assert all(np.asarray(w).dtype == np.float32 for name, w in gguf_cache._flatten(model.weights))
     assert model.scores([5, 6, 7]).dtype == np.float32
 
 

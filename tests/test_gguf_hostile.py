@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 from tiny_gguf import DROP, FF, N_HEADS, N_KV, D
 
 import engine
-from engine.backends.gguf import model as gguf_model
+from engine.backends.gguf import cache as gguf_cache
+from engine.backends.gguf import load as gguf_load
+from engine.backends.gguf.model import LlamaConfig
 
 PROMPT = "<|im_start|>user\nthe answer is 42<|im_end|>\n"
 
@@ -37,8 +39,8 @@ def tiny(tmp_path, cache_dir):
 def gguf_reads(monkeypatch):
     """How many times the GGUF file itself was parsed (0: the cache was used)."""
     calls = []
-    original = gguf_model.read_gguf
-    monkeypatch.setattr(gguf_model, "read_gguf", lambda *a, **k: calls.append(1) or original(*a, **k))
+    original = gguf_load.read_gguf
+    monkeypatch.setattr(gguf_load, "read_gguf", lambda *a, **k: calls.append(1) or original(*a, **k))
     return calls
 
 
@@ -147,7 +149,7 @@ def test_a_damaged_cache_is_rebuilt_with_a_warning_and_never_used(tiny, cache_di
     ids = clean.tokenizer.encode(PROMPT)
     expected = clean.scores(ids)
     corrupt(the_cache(cache_dir))
-    with pytest.warns(gguf_model.CacheRebuiltWarning, match="rebuilding it from the GGUF file"):
+    with pytest.warns(gguf_cache.CacheRebuiltWarning, match="rebuilding it from the GGUF file"):
         rebuilt = engine.load_model(tiny)
     assert len(gguf_reads) == 2  # the first load and the rebuild parsed the file
     again = engine.load_model(tiny)  # the rebuilt cache verifies (no warning: warnings fail tests here)
@@ -171,9 +173,9 @@ def test_the_cache_records_and_checks_digests(tiny, cache_dir):
     engine.load_model(tiny)
     directory = the_cache(cache_dir)
     meta = json.loads((directory / "meta.json").read_text())
-    assert meta["schema"] == gguf_model.CACHE_SCHEMA and set(meta["files"]) == {"weights.npy", "tokenizer.json"}
-    assert meta["digest"] == gguf_model._meta_digest(meta)
-    assert meta["index"] == gguf_model._cache_index(gguf_model.LlamaConfig(**meta["config"]))
+    assert meta["schema"] == gguf_cache.CACHE_SCHEMA and set(meta["files"]) == {"weights.npy", "tokenizer.json"}
+    assert meta["digest"] == gguf_cache._meta_digest(meta)
+    assert meta["index"] == gguf_cache._cache_index(LlamaConfig(**meta["config"]))
 
 
 # --- hostile GGUF files ------------------------------------------------------------------------------

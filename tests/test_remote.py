@@ -50,7 +50,7 @@ def test_connects_and_detects_what_the_server_supports(server_model, llama_serve
     assert not server_model.capabilities.local_sampling and server_model.url == llama_server
     assert server_model.name.startswith("SmolLM2-135M-Instruct.Q4_1.gguf @ http://127.0.0.1:")
     caps = server_model.protocol
-    # its echo is shifted by a position that depends on the prompt (engine/backends/remote.py _find_scoring)
+    # its echo is shifted by a position that depends on the prompt (engine/backends/remote/model.py _find_scoring)
     assert caps == {"tokenize": "llama-cpp-python", "token_id_prompts": False, "scoring": "per position"}
     assert server_model.tokenizer.encode(PROMPT) == engine.load_model("smollm2").tokenizer.encode(PROMPT)
 
@@ -64,15 +64,6 @@ def test_stepping_shows_the_servers_top_20_and_nothing_it_did_not_say(server_mod
     assert len(cand.tokens) == 20 and cand.tokens[0] == " Paris"
     assert cand.temperature == cand.top_k == cand.final == ()  # not reported by servers: left unknown
     assert list(cand.raw) == sorted(cand.raw, reverse=True)
-
-
-def test_streaming_generation_stops_at_once_and_continues(server_model):
-    session = Session(server_model, "Once upon a time, in a small village,", max_new_tokens=40, temperature=0.7, seed=3)
-    taken = [session.step(stream=True) for _ in range(4)]
-    session.interrupt()  # Stop: the stream is closed, the server stops generating for us
-    assert all(taken) and len(session.steps) == 4
-    assert session.actions == [{"kind": "stream", "n": 4}]
-    assert session.step() is not None and session.actions[-1] == {"kind": "sample"}
 
 
 def test_force_insert_and_a_rule_mid_generation(server_model):
@@ -256,7 +247,7 @@ def fake_server():
 
 
 def test_a_server_that_is_down(monkeypatch):
-    monkeypatch.setattr("engine.backends.remote.RETRIES", 2)
+    monkeypatch.setattr("engine.backends.remote.connection.RETRIES", 2)
     url = f"http://127.0.0.1:{free_port()}/v1"
     with pytest.raises(ValueError, match=r"server at http://127.0.0.1:\d+ refused the connection"):
         engine.load_model(url)

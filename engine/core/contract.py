@@ -6,7 +6,7 @@ talks to nothing else, so the Session holds no backend-specific code. Three back
 
     engine/backends/local.py     LocalContext: a KV cache and the engine's sampler chain over the whole row
                                  of scores (the story model and GGUF files in numpy)
-    engine/backends/remote.py    an inference server: it samples, the engine reads its top-N probabilities
+    engine/backends/remote/      an inference server: it samples, the engine reads its top-N probabilities
 
 Ids are the model's token ids. `text` is always the session's text so far (prompt + every step's token):
 a server without token-id prompts is sent text. A step that fails raises ValueError and leaves the

@@ -94,12 +94,15 @@ class Session:
             self._log({"kind": "force", "token_id": token_id})
             return self._hand_out()
         if self.stopped:
+            self.interrupt()  # a stream open at max_new_tokens closes, and the ids it left unknown are filled in
             return None
         if self._fire_rules():
             return self._hand_out()
         return self._sample(stream and self.model.capabilities.streaming)
 
     def _sample(self, stream: bool) -> Step | None:
+        if not stream:
+            self.interrupt()  # a plain step after streamed ones continues from the text, not from the stream
         state = self._rng.getstate()  # given back if the step fails: a failed step uses no draw
         opening = stream and self._stream_action is None
         try:
