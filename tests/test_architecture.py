@@ -49,3 +49,11 @@ def test_the_window_uses_only_the_engines_public_face(path):
 
     inner = {m for m in imported_modules(path) if m.startswith("engine.") and m[len("engine.") :] not in engine.__all__}
     assert not inner, f"{path.relative_to(ROOT)} reaches into {sorted(inner)}"
+
+
+def test_every_package_is_installed():
+    """A folder of the engine or the window missing from pyproject's list would be left out of `pip install .`."""
+    listed = (ROOT / "pyproject.toml").read_text()
+    for init in [*(ROOT / "engine").rglob("__init__.py"), *(ROOT / "playground").rglob("__init__.py")]:
+        package = ".".join(init.parent.relative_to(ROOT).parts)
+        assert f'"{package}"' in listed, f"{package} is not in pyproject.toml's packages"
