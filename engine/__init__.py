@@ -5,7 +5,7 @@ from engine.core.checks import UnknownCharacterError
 from engine.core.contract import Backend, Capabilities, Context
 from engine.core.replay import ReplayReport, replay, replay_session
 from engine.core.rules import CommandTool, Rule
-from engine.core.sampling import MAX_SEED, MAX_TEMPERATURE, Settings, next_token_probs
+from engine.core.sampling import MAX_SEED, MAX_TEMPERATURE, STAGE_NAMES, Settings, next_token_probs
 from engine.core.session import GenerationResult, Session, generate
 from engine.core.steps import TOP_CANDIDATES, Candidates, Step
 from engine.core.trace import load_trace, save_trace, validate_trace
@@ -14,8 +14,8 @@ from engine.story.checkpoint import resources_dir
 from engine.story.model import Config, StoryModel
 
 __all__ = [
-    "MAX_SEED", "MAX_TEMPERATURE", "TOP_CANDIDATES", "Backend", "Candidates", "Capabilities", "Context", "CommandTool", "Config", "GenerationResult",
-    "ReplayReport", "Rule", "Session", "Settings", "Step", "StoryModel", "UnknownCharacterError", "generate",
-    "load_model", "load_trace", "next_token_probs", "replay", "replay_session", "resources_dir", "save_trace",
-    "smollm2_path", "validate_trace", "__version__",
+    "MAX_SEED", "MAX_TEMPERATURE", "STAGE_NAMES", "TOP_CANDIDATES", "Backend", "Candidates", "Capabilities",
+    "Context", "CommandTool", "Config", "GenerationResult", "ReplayReport", "Rule", "Session", "Settings",
+    "Step", "StoryModel", "UnknownCharacterError", "generate", "load_model", "load_trace", "next_token_probs",
+    "replay", "replay_session", "resources_dir", "save_trace", "smollm2_path", "validate_trace", "__version__",
 ]  # fmt: skip

@@ -62,7 +62,7 @@ def test_stepping_shows_the_servers_top_20_and_nothing_it_did_not_say(server_mod
     assert 0.5 < step.probability < 1 and step.probability == step.model_probability
     cand = step.candidates
     assert len(cand.tokens) == 20 and cand.tokens[0] == " Paris"
-    assert cand.temperature == cand.top_k == cand.final == ()  # not reported by servers: left unknown
+    assert cand.stages == () and cand.final == ()  # not reported by servers: left unknown
     assert list(cand.raw) == sorted(cand.raw, reverse=True)
 
 

@@ -49,11 +49,14 @@ def test_step_records_the_token_and_every_stage(story_model):
     cand = step.candidates
     assert list(cand.token_ids) == ranking[:20].tolist()
     np.testing.assert_allclose(cand.raw, softmax(scores)[ranking[:20]], atol=1e-6)
-    np.testing.assert_allclose(cand.temperature, next_token_probs(scores, 1.3)[ranking[:20]], atol=1e-6)
-    np.testing.assert_allclose(cand.top_k, next_token_probs(scores, 1.3, top_k=5)[ranking[:20]], atol=1e-6)
+    assert cand.stage_names == ("temperature", "top_k", "top_p", "min_p")  # every stage, by name, in order
+    np.testing.assert_allclose(cand.stage("temperature"), next_token_probs(scores, 1.3)[ranking[:20]], atol=1e-6)
+    after_k = next_token_probs(scores, 1.3, top_k=5)
+    np.testing.assert_allclose(cand.stage("top_k"), after_k[ranking[:20]], atol=1e-6)
     final = next_token_probs(scores, 1.3, top_k=5, top_p=0.9)
-    np.testing.assert_allclose(cand.final, final[ranking[:20]], atol=1e-6)
-    assert cand.top_k[5:] == (0.0,) * 15  # removed tokens shown at 0
+    np.testing.assert_allclose(cand.stage("top_p"), final[ranking[:20]], atol=1e-6)
+    assert cand.stage("min_p") == cand.stage("top_p") == cand.final  # min-p off: a no-op
+    assert cand.stage("top_k")[5:] == (0.0,) * 15  # removed tokens shown at 0
     assert step.probability == pytest.approx(float(final[step.token_id]), abs=1e-6)
     assert step.model_probability == pytest.approx(float(softmax(scores)[step.token_id]), abs=1e-6)
     assert step.model_rank == ranking.tolist().index(step.token_id) + 1

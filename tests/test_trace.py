@@ -50,7 +50,7 @@ def test_trace_records_everything(story_model):
     tool = CountingTool(" park")
     session = steered_session(story_model, tool)
     trace = session.trace()
-    assert trace["schema"] == "token-playground/trace/1"
+    assert trace["schema"] == "token-playground/trace/2"
     assert trace["model"] == {"name": "story model", "weights_sha256": story_model.weights_sha256}
     assert trace["prompt"] == FIRST and trace["settings"]["seed"] == 13 and trace["settings"]["top_k"] == 8
     assert trace["rules"][0] == {"when": " at the", "regex": False, "action": "tool", "tool": "counting tool"}
@@ -177,7 +177,7 @@ def test_set_rules_refuses_bad_rules_and_changes_nothing(story_model):
 
 
 @pytest.mark.parametrize("change, message", [
-    (lambda t: t.update(schema="other"), "trace field 'schema' must be 'token-playground/trace/1'"),
+    (lambda t: t.update(schema="other"), "trace field 'schema' must be 'token-playground/trace/2'"),
     (lambda t: t.pop("prompt"), "trace field 'prompt' must be a str"),
     (lambda t: t["steps"][2].update(token_id="x"), r"trace field 'steps\[2\]': step field 'token_id' must be an int >= -1"),
     (lambda t: t["steps"][1].pop("source"), r"trace field 'steps\[1\]': step field 'source' is missing"),
@@ -228,3 +228,23 @@ def test_demo_command_tool_inserts_the_real_outcome(story_model, broken, outcome
     assert "".join(result["tool steps"]).startswith(outcome)
     assert "now ben has the" + outcome in result["text"]
     assert engine.replay(result["trace"], story_model).identical
+
+
+def test_a_version_1_trace_opens_and_replays_bit_for_bit(story_model, tmp_path):
+    """Schema 1 recorded fixed stage fields (temperature, top_k, final): such a trace still opens and replays."""
+    session = Session(story_model, FIRST, max_new_tokens=8, temperature=0.9, top_k=6, top_p=0.95, seed=4)
+    session.run()
+    v1 = session.trace()
+    v1["schema"] = "token-playground/trace/1"
+    v1["steps"] = [step.to_v1_dict() for step in session.steps]
+    assert set(v1["steps"][0]["candidates"]) == {"token_ids", "tokens", "raw", "temperature", "top_k", "final"}
+    path = tmp_path / "v1.json"
+    path.write_text(json.dumps(v1))
+    loaded = engine.load_trace(path)
+    opened = [engine.Step.from_dict(step) for step in loaded["steps"]]
+    assert opened[0].candidates.stage_names == ("temperature", "top_k", "final")
+    assert opened[0].candidates.final == session.steps[0].candidates.final
+    report = engine.replay(loaded, story_model)
+    assert report.identical, report.summary()
+    loaded["steps"][3]["candidates"]["final"][0] = 0.123456  # and a difference is still found, in that form
+    assert engine.replay(loaded, story_model).first_difference["field"] == "candidates.final[0]"

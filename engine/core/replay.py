@@ -8,7 +8,8 @@ same on the same machine. It runs no rule and no tool: what they inserted is in 
 from dataclasses import dataclass
 
 from engine.core.session import Session
-from engine.core.trace import validate_trace
+from engine.core.steps import Step
+from engine.core.trace import SCHEMA_V1, validate_trace
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,8 @@ def replay_session(trace: dict, model):
             stopped = f"replay stopped at action {index} ({action['kind']}): {error}"
             notes.append(stopped)
             break
-    report = _compare(trace["steps"], [step.to_dict() for step in session.steps], notes)
+    as_recorded = Step.to_v1_dict if trace["schema"] == SCHEMA_V1 else Step.to_dict
+    report = _compare(trace["steps"], [as_recorded(step) for step in session.steps], notes)
     if stopped and report.identical:  # the steps agree, but the trace holds an action this model refuses
         report = ReplayReport(False, report.steps, None, tuple(notes))
     if not model.capabilities.local_sampling and not report.identical:

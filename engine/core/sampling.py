@@ -152,6 +152,9 @@ def chain(settings: Settings) -> tuple[Stage, ...]:
     )
 
 
+STAGE_NAMES = tuple(stage.name for stage in chain(Settings()))  # the contract's chain, in order
+
+
 def _tempered(raw, scores, temperature: float):
     """The plain softmax (`raw`, what the chain starts from) is reused as is at temperature 1: identical."""
     return raw if temperature == 1 else apply_temperature(scores, temperature)

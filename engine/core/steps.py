@@ -1,6 +1,6 @@
 """What one generation step records: the chosen token and the distribution it came from, at every stage."""
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -12,16 +12,41 @@ SOURCES = ("model", "forced", "rule", "tool")
 
 @dataclass(frozen=True)
 class Candidates:
-    """The top tokens of the raw softmax, with their probability after each stage (0 where removed)."""
+    """The top tokens of the raw softmax, with their probability after each stage of the chain, by the
+    stage's name (0 where the stage removed it). A server reports no stages: only raw."""
 
     token_ids: tuple[int, ...]
     tokens: tuple[str, ...]
     raw: tuple[float, ...]  # softmax of the scores, temperature 1
-    temperature: tuple[float, ...]  # after temperature
-    top_k: tuple[float, ...]  # after top-k
-    final: tuple[float, ...]  # after top-p and min-p: what the draw uses
+    stages: tuple[tuple[str, tuple[float, ...]], ...] = ()  # (stage name, probabilities after it), in order
 
-    STAGES = ("raw", "temperature", "top_k", "final")
+    @property
+    def stage_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.stages)
+
+    @property
+    def final(self) -> tuple[float, ...]:
+        """After the last stage: what the draw uses (() where no stage is recorded)."""
+        return self.stages[-1][1] if self.stages else ()
+
+    def stage(self, name: str) -> tuple[float, ...]:
+        """ "raw", a stage's name, or "final"; () where this record does not have it."""
+        if name == "raw":
+            return self.raw
+        if name == "final":
+            return self.final
+        return dict(self.stages).get(name, ())
+
+    def to_dict(self) -> dict:
+        return {"token_ids": list(self.token_ids), "tokens": list(self.tokens), "raw": list(self.raw),
+                "stages": {name: list(values) for name, values in self.stages}}  # fmt: skip
+
+    def to_v1_dict(self) -> dict:
+        """The record as trace schema 1 wrote it (fixed fields; "final" after top-p and min-p), to compare a
+        replay with a version-1 trace."""
+        return {"token_ids": list(self.token_ids), "tokens": list(self.tokens), "raw": list(self.raw),
+                "temperature": list(self.stage("temperature")), "top_k": list(self.stage("top_k")),
+                "final": list(self.final)}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -52,10 +77,13 @@ class Step:
     options: tuple[tuple[str, float], ...] | None = None  # a constrained choice: (option, probability)
 
     def to_dict(self) -> dict:
-        data = asdict(self)
-        data["candidates"] = {k: list(v) for k, v in data["candidates"].items()}
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["candidates"] = self.candidates.to_dict()
         data["options"] = None if self.options is None else [list(o) for o in self.options]
         return data
+
+    def to_v1_dict(self) -> dict:
+        return dict(self.to_dict(), candidates=self.candidates.to_v1_dict())
 
     @classmethod
     def from_dict(cls, data: dict) -> "Step":
@@ -89,9 +117,7 @@ class StepMaker:
             token_ids=tuple(top_list),
             tokens=tuple(self.text(i) for i in top_list),
             raw=tuple(dists.raw[top].tolist()),
-            temperature=tuple(dists.stages["temperature"][top].tolist()),
-            top_k=tuple(dists.stages["top_k"][top].tolist()),
-            final=tuple(dists.final[top].tolist()),
+            stages=tuple((name, tuple(probs[top].tolist())) for name, probs in dists.stages.items()),
         )
 
     def make(self, scores, token_id: int, source: str, dists=None, draw=None, options=None) -> Step:
@@ -135,23 +161,7 @@ def _step_from_dict(data) -> Step:
         raise ValueError(f"step field 'source' must be one of {SOURCES}, got {values['source']!r}")
     if values["draw"] is not None and not (isinstance(values["draw"], float) and 0 <= values["draw"] < 1):
         raise ValueError("step field 'draw' must be null or a number in [0, 1)")
-    cand = values["candidates"]
-    names = [f.name for f in fields(Candidates)]
-    if not isinstance(cand, dict) or set(cand) != set(names):
-        raise ValueError(f"step field 'candidates' must have exactly {names}")
-    if not all(isinstance(cand[n], list) for n in names):
-        raise ValueError("step field 'candidates' must hold lists")
-    count = len(cand["token_ids"])
-    if any(len(cand[n]) not in ((count,) if n in ("tokens", "raw") else (count, 0)) for n in names):
-        raise ValueError("step field 'candidates' must hold lists as long as token_ids (stages may be empty)")
-    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= -1 for i in cand["token_ids"]):
-        raise ValueError("step field 'candidates.token_ids' must hold ints >= -1")
-    if not all(isinstance(t, str) for t in cand["tokens"]):
-        raise ValueError("step field 'candidates.tokens' must hold strings")
-    for stage in Candidates.STAGES:
-        if not all(isinstance(p, (int, float)) and not isinstance(p, bool) and 0 <= p <= 1 for p in cand[stage]):
-            raise ValueError(f"step field 'candidates.{stage}' must hold probabilities in [0, 1]")
-    values["candidates"] = Candidates(**{n: tuple(cand[n]) for n in names})
+    values["candidates"] = _candidates_from_dict(values["candidates"])
     options = values["options"]
     if options is not None:
         if not isinstance(options, list) or not all(
@@ -163,3 +173,38 @@ def _step_from_dict(data) -> Step:
     for name in ("probability", "model_probability"):
         values[name] = None if values[name] is None else float(values[name])
     return Step(**{k: values[k] for k in expected})
+
+
+V1_STAGES = ("temperature", "top_k", "final")  # trace schema 1's fixed stage fields
+
+
+def _candidates_from_dict(cand) -> Candidates:
+    """Either form: stages by name (schema 2), or schema 1's fixed fields (their empty lists: not reported)."""
+    if not isinstance(cand, dict) or not isinstance(cand.get("token_ids"), list):
+        raise ValueError("step field 'candidates' must be an object with a list 'token_ids'")
+    count = len(cand["token_ids"])
+    if set(cand) == {"token_ids", "tokens", "raw", "stages"}:
+        if not isinstance(cand["stages"], dict) or not all(isinstance(n, str) and n for n in cand["stages"]):
+            raise ValueError("step field 'candidates.stages' must map stage names to lists")
+        stages = list(cand["stages"].items())
+    elif set(cand) == {"token_ids", "tokens", "raw", *V1_STAGES}:
+        stages = [(name, cand[name]) for name in V1_STAGES if cand[name] != []]
+    else:
+        raise ValueError("step field 'candidates' must have token_ids, tokens, raw and stages (or schema 1's "
+                         f"{', '.join(V1_STAGES)}), got {sorted(map(str, cand))}")  # fmt: skip
+    for name, values in [("tokens", cand["tokens"]), ("raw", cand["raw"]), *stages]:
+        if not isinstance(values, list) or len(values) != count:
+            raise ValueError(f"step field 'candidates.{name}' must be a list as long as token_ids ({count})")
+    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= -1 for i in cand["token_ids"]):
+        raise ValueError("step field 'candidates.token_ids' must hold ints >= -1")
+    if not all(isinstance(t, str) for t in cand["tokens"]):
+        raise ValueError("step field 'candidates.tokens' must hold strings")
+    for name, values in [("raw", cand["raw"]), *stages]:
+        if not all(isinstance(p, (int, float)) and not isinstance(p, bool) and 0 <= p <= 1 for p in values):
+            raise ValueError(f"step field 'candidates.{name}' must hold probabilities in [0, 1]")
+    return Candidates(
+        token_ids=tuple(cand["token_ids"]),
+        tokens=tuple(cand["tokens"]),
+        raw=tuple(cand["raw"]),
+        stages=tuple((name, tuple(values)) for name, values in stages),
+    )

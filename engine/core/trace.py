@@ -6,9 +6,13 @@ session's action log (sample, force, insert, choose, rewind, settings) on a fres
 starting settings, so the forward passes run in the same chunks and the steps come out bit for bit the
 same.
 
-    {"schema": "token-playground/trace/1", "engine_version", "created_utc",
+    {"schema": "token-playground/trace/2", "engine_version", "created_utc",
      "model": {"name", "weights_sha256"}, "prompt", "prompt_token_ids", "settings": {... "seed"},
      "rules": [described], "actions": [...], "steps": [Step.to_dict()...], "text", "stopped", "events"}
+
+A step's "candidates" are {"token_ids", "tokens", "raw", "stages": {stage name: probabilities}}, the stages in
+the chain's order. Schema 1 had fixed fields instead ("temperature", "top_k", "final"): such traces still
+open, and replay compares them in that form.
 
 "settings" and "rules" are the ones the session started with; a "settings" or "rules" action records each
 later change. Replay runs no rule: what a rule inserted is in the log as an insert or choose action.
@@ -23,7 +27,8 @@ from engine.core.files import atomic_write_bytes
 from engine.core.sampling import Settings
 from engine.core.steps import Step
 
-SCHEMA = "token-playground/trace/1"
+SCHEMA = "token-playground/trace/2"  # 2: a step's candidates hold every stage by name
+SCHEMA_V1 = "token-playground/trace/1"  # fixed stage fields (temperature, top_k, final): still opens and replays
 ACTION_KINDS = {"sample", "stream", "force", "insert", "choose", "rewind", "settings", "rules"}
 
 
@@ -71,8 +76,8 @@ def validate_trace(trace) -> None:
     """Raise ValueError naming the first field that is missing or malformed."""
     if not isinstance(trace, dict):
         raise ValueError("a trace must be a JSON object")
-    if trace.get("schema") != SCHEMA:
-        raise ValueError(f"trace field 'schema' must be {SCHEMA!r}, got {trace.get('schema')!r}")
+    if trace.get("schema") not in (SCHEMA, SCHEMA_V1):
+        raise ValueError(f"trace field 'schema' must be {SCHEMA!r} (or {SCHEMA_V1!r}), got {trace.get('schema')!r:.80}")
     expected = {
         "engine_version": str, "created_utc": str, "model": dict, "prompt": str, "prompt_token_ids": list,
         "settings": dict, "rules": list, "actions": list, "steps": list, "text": str, "events": list,

@@ -1,6 +1,7 @@
 """The live next-token chart: the top 20 candidates as horizontal bars (token texts on the left, the
 probability at the end of each bar), the chosen one highlighted, and a switch between the stages of the
-sampler chain. Where a stage puts all probability on one token (greedy decoding), the bars show the raw
+sampler chain, built from the stages the candidates carry (by name: a server gives only the raw
+softmax). Where a stage puts all probability on one token (greedy decoding), the bars show the raw
 softmax instead, with that token marked, and a note says so. The bar item and the labels are created once
 and updated in place; repaints are throttled to at most 60 per second however fast steps arrive."""
 
@@ -9,10 +10,8 @@ from PySide6.QtCore import QPointF, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFont, QPalette
 from PySide6.QtWidgets import QButtonGroup, QGridLayout, QLabel, QRadioButton, QVBoxLayout, QWidget
 
-from engine import TOP_CANDIDATES
+from engine import STAGE_NAMES, TOP_CANDIDATES
 
-STAGES = (("raw", "raw softmax"), ("temperature", "after temperature"), ("top_k", "after top-k"),
-          ("final", "final"))  # fmt: skip
 FRAME_MS = 16  # at most ~60 repaints per second
 LABEL_SPACE = -0.42  # the x range left of 0 that holds the token labels
 RIGHT_EDGE = 1.2  # room right of a full bar for its value ("1.000") in a narrow chart
@@ -26,6 +25,19 @@ def _percent(p: float) -> str:
     if p == 0:
         return "0"
     return f"{p:.3f}" if p >= 0.001 else f"{p:.0e}"
+
+
+def stage_keys(names) -> tuple[str, ...]:
+    """The switch's keys for a chain's stage names: raw, each stage but the last, and "final" (the last)."""
+    return ("raw", *names[:-1], "final") if names else ("raw", "final")
+
+
+def stage_text(key: str, names) -> str:
+    if key == "raw":
+        return "raw softmax"
+    if key == "final":
+        return "final"
+    return "after " + key.replace("_", "-")
 
 
 def bar_label(token: str) -> str:
@@ -79,17 +91,13 @@ class DistributionChart(QWidget):
         self.plot.scene().sigMouseClicked.connect(self._clicked)
 
         self.stage_buttons = QButtonGroup(self)
-        stage_row = QGridLayout()  # two rows of two: the chart can then be narrow
-        stage_row.addWidget(QLabel("Stage:"), 0, 0)
-        for index, (key, text) in enumerate(STAGES):
-            button = QRadioButton(text)
-            button.setObjectName(f"stage_{key}")
-            button.setToolTip("show the candidates' probabilities " + text)
-            self.stage_buttons.addButton(button, index)
-            stage_row.addWidget(button, index // 2, 1 + index % 2)
-        stage_row.setColumnStretch(3, 1)
-        self.stage_buttons.button(len(STAGES) - 1).setChecked(True)
         self.stage_buttons.idClicked.connect(lambda _id: self._mark_dirty())
+        stage_row = QGridLayout()  # rows of two: the chart can then be narrow
+        stage_row.addWidget(QLabel("Stage:"), 0, 0)
+        stage_row.setColumnStretch(3, 1)
+        self._stage_row, self._stage_names, self._keys = stage_row, None, ()
+        self._full = True
+        self.set_stages(STAGE_NAMES)
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -115,6 +123,8 @@ class DistributionChart(QWidget):
     def show_candidates(self, candidates, chosen_id: int | None, title: str, labels=None) -> None:
         """Show these candidates (an engine.Candidates) at the next frame; chosen_id is highlighted. labels:
         the bars' texts where they differ from the tokens' (a character whose bytes span tokens)."""
+        if candidates is not None and candidates.stages and candidates.stage_names != self._stage_names:
+            self.set_stages(candidates.stage_names)  # another chain (an older trace): its own switch
         self._candidates, self._chosen, self._title = candidates, chosen_id, title
         self._labels = tuple(labels) if labels is not None else None
         self._mark_dirty()  # the title too: QLabel.setText re-lays out the window, too dear per step
@@ -123,11 +133,38 @@ class DistributionChart(QWidget):
         self.show_candidates(None, None, title)
 
     def stage(self) -> str:
-        return STAGES[self.stage_buttons.checkedId()][0]
+        return self._keys[self.stage_buttons.checkedId()]
 
     def set_stage(self, key: str) -> None:
-        self.stage_buttons.button([k for k, _ in STAGES].index(key)).setChecked(True)
+        """Show this stage ("raw", a stage's name, "final"); one this chain does not have shows the final."""
+        self.stage_buttons.button(self._keys.index(key if key in self._keys else "final")).setChecked(True)
         self._mark_dirty()
+
+    def stages(self) -> tuple[str, ...]:
+        return self._keys
+
+    def set_stages(self, names) -> None:
+        """One button per stage of the chain, by name (kept on the same key where it still exists)."""
+        names = tuple(names)
+        if names == self._stage_names:
+            return
+        chosen = self.stage() if self._keys else "final"
+        for button in self.stage_buttons.buttons():
+            self.stage_buttons.removeButton(button)
+            button.deleteLater()
+        self._stage_names, self._keys = names, stage_keys(names)
+        for index, key in enumerate(self._keys):
+            text = stage_text(key, names)
+            button = QRadioButton(text, objectName=f"stage_{key}")
+            last = names[-1].replace("_", "-") if names else "the chain"
+            button.setToolTip(
+                "show the candidates' probabilities "
+                + (text if key != "final" else f"after {last}: what the draw uses")
+            )
+            button.setEnabled(self._full or key == "raw")
+            self.stage_buttons.addButton(button, index)
+            self._stage_row.addWidget(button, index // 2, 1 + index % 2)
+        self.set_stage(chosen)
 
     def shown(self) -> list[tuple[str, float]]:
         """(token, probability) per bar as drawn now, for tests and screenshots."""
@@ -152,7 +189,7 @@ class DistributionChart(QWidget):
         """(the probabilities to draw, the token a one-token stage takes or None): the chosen stage's, or
         the raw softmax where that stage leaves one token (greedy) and a single bar would say nothing. A
         server reports only raw ones (the other stages are empty)."""
-        values = getattr(candidates, self.stage())
+        values = candidates.stage(self.stage())
         if len(values) != len(candidates.tokens):
             return candidates.raw, None
         kept = [row for row, p in enumerate(values) if p > 0]
@@ -247,7 +284,8 @@ class DistributionChart(QWidget):
     def set_full_distribution(self, full: bool) -> None:
         """Whether every stage can be shown. A server reports its top 20 raw log-probabilities only: say so,
         and offer only that stage."""
-        for index, (key, _text) in enumerate(STAGES):
+        self._full = full
+        for index, key in enumerate(self._keys):
             self.stage_buttons.button(index).setEnabled(full or key == "raw")
         if not full:
             self.set_stage("raw")

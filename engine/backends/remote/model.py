@@ -324,8 +324,7 @@ class RemoteModel:
             token_ids=tuple(i for _, _, i in ranked),
             tokens=tuple(t for t, _, _ in ranked),
             raw=tuple(math.exp(lp) for _, lp, _ in ranked),
-            temperature=(), top_k=(), final=(),
-        )  # fmt: skip
+        )
 
     def _shown(self, text: str, token_id: int | None) -> str:
         """A token's text as a step shows it: llama-server sends control tokens (its end token) as "", so
