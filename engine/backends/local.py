@@ -84,7 +84,7 @@ class LocalContext:
 
     # --- internals ---------------------------------------------------------------------------------------
     def _maker_for(self, settings: Settings) -> StepMaker:
-        if self._maker.settings != settings:
+        if self._maker.settings is not settings and self._maker.settings != settings:
             self._maker = StepMaker(self.model.tokenizer, settings, self._texts)
         return self._maker
 
