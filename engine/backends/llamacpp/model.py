@@ -1,0 +1,224 @@
+"""LlamaCppModel: a GGUF file run by llama.cpp behind the backend contract.
+
+The model (weights, vocabulary) is loaded once; each session's cache is a llama_context of its own, whose
+memory (the KV cache) is truncated for a rewind (llama_memory_seq_rm), so the kept prefix is not recomputed.
+forward_cached decodes the new ids in one batch (chunks of n_batch), asks for scores only where they are
+needed, and copies them out of llama.cpp's buffer as float32 [rows, vocab]; LocalContext does the rest.
+"""
+
+import ctypes
+import os
+import weakref
+from pathlib import Path
+
+import numpy as np
+
+from engine.backends.gguf.reader import file_sha256
+from engine.backends.llamacpp import library
+from engine.backends.llamacpp.tokenizer import LlamaCppTokenizer
+from engine.backends.local import LocalBackend
+from engine.core.checks import checked_ids
+
+DEFAULT_CONTEXT = 8192  # the default context: the file's training context capped at this
+MAX_BATCH = 512  # tokens per llama_decode call (a longer feed is decoded in chunks)
+
+
+def physical_cores() -> int:
+    """Physical cores this process may use (llama.cpp's default thread count); logical CPUs if unknown."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+    cores = set()
+    for cpu in cpus:
+        topology = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
+        try:
+            cores.add(((topology / "physical_package_id").read_text(), (topology / "core_id").read_text()))
+        except OSError:
+            return len(cpus) or 1
+    return len(cores) or 1
+
+
+class LlamaCppCache:
+    """One session's llama_context: `length` positions are in its memory; truncate(n) forgets the rest."""
+
+    def __init__(self, model: "LlamaCppModel"):
+        llama = model.llama
+        self.model = model
+        params = llama.llama_context_default_params()
+        params.n_ctx = model.context_length
+        params.n_batch = params.n_ubatch = min(MAX_BATCH, model.context_length)
+        params.n_seq_max = 1
+        params.n_threads = params.n_threads_batch = model.threads
+        params.no_perf = True
+        ctx = llama.llama_init_from_model(model.handle, params)
+        if not ctx:
+            raise ValueError(f"llama.cpp could not create a context of {model.context_length} positions"
+                             f"{_last_error()}")  # fmt: skip
+        self.ctx = ctx
+        self.batch_size = params.n_batch
+        self.batch = llama.llama_batch_init(self.batch_size, 0, 1)
+        self.memory = llama.llama_get_memory(ctx)
+        self.length = 0
+        self._free = weakref.finalize(self, _free_context, llama, ctx, self.batch)
+        model._caches.add(self)
+
+    def truncate(self, length: int) -> None:
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot truncate a cache of {self.length} positions to {length}")
+        if self._free.alive and not self.model.llama.llama_memory_seq_rm(self.memory, 0, length, -1):
+            raise ValueError(f"llama.cpp could not truncate its memory to {length} positions")
+        self.length = length
+
+    def close(self) -> None:
+        self._free()
+
+
+def _free_context(llama, ctx, batch) -> None:
+    llama.llama_batch_free(batch)
+    llama.llama_free(ctx)
+
+
+def _report(progress, done: float) -> bool:
+    try:
+        progress(round(done * 1000), 1000)
+    except Exception:  # noqa: BLE001 - an exception cannot cross into C: it cancels the load instead
+        return False
+    return True
+
+
+def _last_error() -> str:
+    return f" (llama.cpp: {library.recent_errors[-1]})" if library.recent_errors else ""
+
+
+class LlamaCppModel(LocalBackend):
+    """A GGUF file in llama.cpp (any architecture it supports), with the engine's sampler chain on top."""
+
+    def __init__(self, path, *, context_length=None, threads=None, gpu_layers=0, progress=None):
+        """progress(done, total) hears how far llama.cpp has read the file (done of 1000)."""
+        path = Path(path)
+        if threads is None:
+            threads = physical_cores()
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads <= 0:
+            raise ValueError(f"threads must be a positive whole number, got {threads!r}")
+        if isinstance(gpu_layers, bool) or not isinstance(gpu_layers, int) or gpu_layers < -1:
+            raise ValueError(f"gpu_layers must be a whole number >= -1 (-1: all), got {gpu_layers!r}")
+        if context_length is not None and (
+            isinstance(context_length, bool) or not isinstance(context_length, int) or context_length < 1
+        ):
+            raise ValueError(f"context size must be a whole number of at least 1, got {context_length!r}")
+        _check_file(path)
+        self.llama = llama = library.llama()
+        params = llama.llama_model_default_params()
+        params.n_gpu_layers = gpu_layers  # no GPU here: the CPU path is what the tests cover
+        if progress is not None:
+            callback = llama.llama_progress_callback(lambda done, _data: _report(progress, done))
+            params.progress_callback = callback  # `callback` stays referenced until the load returns
+        library.recent_errors.clear()
+        handle = llama.llama_model_load_from_file(str(path).encode(), params)
+        if not handle:
+            from engine.loading import gguf_architecture
+
+            architecture = gguf_architecture(path)
+            raise ValueError(f"{path}: llama.cpp cannot load this file (architecture {architecture!r})"
+                             f"{_last_error()}")  # fmt: skip
+        self.handle = handle
+        self._caches: weakref.WeakSet = weakref.WeakSet()
+        self._free = weakref.finalize(self, llama.llama_model_free, handle)
+        try:
+            self.trained_context = llama.llama_model_n_ctx_train(handle)
+            if context_length is None:
+                context_length = min(self.trained_context, DEFAULT_CONTEXT)
+            elif context_length > self.trained_context:
+                raise ValueError(f"context size {context_length} is larger than the model's "
+                                 f"{self.trained_context} positions")  # fmt: skip
+            self._context_length = context_length
+            self.threads = threads
+            self.gpu_layers = gpu_layers
+            vocab = llama.llama_model_get_vocab(handle)
+            template = llama.llama_model_chat_template(handle, None)
+            self.tokenizer = LlamaCppTokenizer(llama, vocab, template.decode("utf-8") if template else None)
+            self._vocab_size = self.tokenizer.vocab_size
+            self.end_token_ids = frozenset(i for i in range(self._vocab_size) if llama.llama_vocab_is_eog(vocab, i))
+            self.architecture = self._meta("general.architecture")
+            self.name = path.stem
+            self.source = str(path)
+            self.weights_sha256 = file_sha256(path)
+        except BaseException:
+            self._free()
+            raise
+
+    @property
+    def context_length(self) -> int:
+        return self._context_length
+
+    @property
+    def vocab_size(self) -> int:
+        return self._vocab_size
+
+    def new_cache(self) -> LlamaCppCache:
+        if not self._free.alive:
+            raise ValueError(f"{self.name} is closed")
+        return LlamaCppCache(self)
+
+    def forward_cached(self, ids, cache: LlamaCppCache, last_only: bool = False) -> np.ndarray:
+        """llama.cpp's scores for ids continuing the cache -> float32 [len(ids), vocab] (or [1, vocab])."""
+        ids = checked_ids(ids, cache.length, self._vocab_size, self._context_length)
+        if not self._free.alive or not cache._free.alive:
+            raise ValueError(f"{self.name} is closed")
+        llama, batch, start, total = self.llama, cache.batch, cache.length, len(ids)
+        rows = []
+        for chunk in range(0, total, cache.batch_size):
+            part = ids[chunk : chunk + cache.batch_size]
+            n = len(part)
+            wanted = [not last_only or chunk + i == total - 1 for i in range(n)]
+            for i, token in enumerate(part):
+                batch.token[i] = int(token)
+                batch.pos[i] = start + chunk + i
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = 0
+                batch.logits[i] = wanted[i]
+            batch.n_tokens = n
+            status = llama.llama_decode(cache.ctx, batch)
+            if status != 0:
+                llama.llama_memory_seq_rm(cache.memory, 0, start, -1)
+                raise ValueError(f"llama.cpp could not decode {n} tokens at position {start + chunk} "
+                                 f"(status {status}){_last_error()}")  # fmt: skip
+            cache.length = start + chunk + n
+            outputs = sum(wanted)
+            if outputs:
+                pointer = llama.llama_get_logits(cache.ctx)
+                rows.append(np.ctypeslib.as_array(pointer, shape=(outputs, self._vocab_size)).copy())
+        return rows[0] if len(rows) == 1 else np.concatenate(rows)
+
+    def has_chat_template(self) -> bool:
+        return bool(self.tokenizer.chat_template)
+
+    def chat_prompt(self, user_text: str) -> str:
+        return self.tokenizer.chat_prompt(user_text)
+
+    def describe(self) -> dict:
+        return {"name": self.name, "weights_sha256": self.weights_sha256, "backend": "llama.cpp"}
+
+    def close(self) -> None:
+        """Free every session's context, then the model; a later step says the model is closed."""
+        for cache in list(self._caches):
+            cache.close()
+        self.tokenizer.close()
+        self._free()
+
+    def _meta(self, key: str) -> str | None:
+        buffer = ctypes.create_string_buffer(256)
+        n = self.llama.llama_model_meta_val_str(self.handle, key.encode(), buffer, len(buffer))
+        return buffer.value.decode("utf-8", "replace") if n >= 0 else None
+
+
+def _check_file(path: Path) -> None:
+    """A clear ValueError before llama.cpp sees a file that is missing or not GGUF."""
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as error:
+        raise ValueError(f"{path}: cannot read the model file ({error.strerror or error})") from None
+    if magic != b"GGUF":
+        raise ValueError(f"{path}: not a GGUF file (it starts with {magic!r}, not b'GGUF')")
