@@ -9,13 +9,15 @@ from engine.core.sampling import MAX_SEED, MAX_TEMPERATURE, STAGE_NAMES, Setting
 from engine.core.session import GenerationResult, Session, generate
 from engine.core.steps import TOP_CANDIDATES, Candidates, Step
 from engine.core.trace import load_trace, save_trace, validate_trace
+from engine.discovery import FoundModel, find_models
 from engine.loading import load_model, smollm2_path
 from engine.story.checkpoint import resources_dir
 from engine.story.model import Config, StoryModel
 
 __all__ = [
     "MAX_SEED", "MAX_TEMPERATURE", "STAGE_NAMES", "TOP_CANDIDATES", "Backend", "Candidates", "Capabilities",
-    "Context", "CommandTool", "Config", "GenerationResult", "ReplayReport", "Rule", "Session", "Settings",
-    "Step", "StoryModel", "UnknownCharacterError", "generate", "load_model", "load_trace", "next_token_probs",
-    "replay", "replay_session", "resources_dir", "save_trace", "smollm2_path", "validate_trace", "__version__",
+    "Context", "CommandTool", "Config", "FoundModel", "GenerationResult", "ReplayReport", "Rule", "Session",
+    "Settings", "Step", "StoryModel", "UnknownCharacterError", "generate", "load_model", "load_trace",
+    "next_token_probs", "find_models", "replay", "replay_session", "resources_dir", "save_trace",
+    "smollm2_path", "validate_trace", "__version__",
 ]  # fmt: skip
