@@ -15,6 +15,14 @@ def story_model():
 
 
 @pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    """The engine's user cache (float32 GGUF caches, the llama.cpp log) in a folder of the test's own."""
+    directory = tmp_path / "cache"
+    monkeypatch.setenv("TOKEN_PLAYGROUND_CACHE", str(directory))
+    return directory
+
+
+@pytest.fixture
 def prefs(tmp_path):
     """The window's remembered settings, in a file of the test's own."""
     from PySide6.QtCore import QSettings

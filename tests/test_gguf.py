@@ -15,13 +15,6 @@ from engine.backends.gguf import model as gguf_model
 
 
 @pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    directory = tmp_path / "cache"
-    monkeypatch.setenv("TOKEN_PLAYGROUND_CACHE", str(directory))
-    return directory
-
-
-@pytest.fixture
 def tiny(tmp_path, cache_dir):
     weights = tiny_gguf.random_weights(seed=1)
     path = tiny_gguf.write(tmp_path / "tiny.gguf", weights)

@@ -24,13 +24,6 @@ PROMPT = "<|im_start|>user\nthe answer is 42<|im_end|>\n"
 
 
 @pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    directory = tmp_path / "cache"
-    monkeypatch.setenv("TOKEN_PLAYGROUND_CACHE", str(directory))
-    return directory
-
-
-@pytest.fixture
 def tiny(tmp_path, cache_dir):
     return tiny_gguf.write(tmp_path / "tiny.gguf", tiny_gguf.random_weights(seed=1))
 

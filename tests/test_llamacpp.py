@@ -109,10 +109,7 @@ def test_tokenizer_keeps_control_tokens_whole_and_round_trips(model):
 def test_rewind_and_replay_are_bit_for_bit(model):
     prompt = model.chat_prompt("Did the tests pass?")
     session = engine.Session(model, prompt, max_new_tokens=24, temperature=0.8, top_p=0.95, seed=5)
-    first = [session.step() for _ in range(6)]
-    session.rewind(4)
-    again = [session.step() for _ in range(4)]
-    assert [s.to_dict() for s in again] == [s.to_dict() for s in first[2:]]
+    assert_rewind_repeats(session)
     session.force_token(model.tokenizer.encode(" Yes")[0])
     session.step()
     session.insert_text(" Result:")
@@ -123,6 +120,15 @@ def test_rewind_and_replay_are_bit_for_bit(model):
     session.run()
     report = engine.replay(session.trace(), model)
     assert report.identical, report.summary()
+
+
+def assert_rewind_repeats(session):
+    """Six steps, a rewind of four, four steps again: the same records, bit for bit (llama.cpp's memory
+    truncated, the kept prefix not recomputed)."""
+    first = [session.step() for _ in range(6)]
+    session.rewind(4)
+    again = [session.step() for _ in range(4)]
+    assert [s.to_dict() for s in again] == [s.to_dict() for s in first[2:]]
 
 
 def test_agrees_with_the_numpy_engine(model):
@@ -270,10 +276,7 @@ def test_gemma3_greedy_and_probabilities_equal_llama_cpps_own(gemma3):
 
 def test_gemma3_rewind_is_bit_for_bit(gemma3):
     session = engine.Session(gemma3, gemma3_chat("Did the tests pass?"), max_new_tokens=24, temperature=0.8, seed=5)
-    first = [session.step() for _ in range(6)]
-    session.rewind(4)
-    again = [session.step() for _ in range(4)]
-    assert [s.to_dict() for s in again] == [s.to_dict() for s in first[2:]]
+    assert_rewind_repeats(session)
     session.insert_text(" Result:")
     session.step()
     session.rewind(2)
