@@ -23,10 +23,6 @@ def stop_text(reason: str) -> str:
     return STOP_TEXT.get(reason, reason)
 
 
-def _raw_bytes(token_id: int, token: str) -> bytes:
-    return token.encode("utf-8")
-
-
 def probability_text(step) -> str:
     return "p unknown" if step.probability is None else f"p {step.probability:.3f}"
 
@@ -51,7 +47,7 @@ class Feed(QObject):
             tokenizer = model.tokenizer
             self.view.set_token_bytes(lambda token_id, _token: tokenizer.token_bytes(token_id))
         else:
-            self.view.set_token_bytes(_raw_bytes)
+            self.view.set_token_bytes(None)
 
     def clear(self) -> None:
         self.pending.clear()

@@ -140,7 +140,6 @@ class GenerationWorker(QObject):
             self.stepped.emit(step)
             if time.perf_counter() >= deadline:
                 break
-        self._publish()
         QMetaObject.invokeMethod(self, "_tick", Qt.ConnectionType.QueuedConnection)
 
     def _finish(self, reason: str) -> None:
@@ -242,10 +241,13 @@ class GenerationWorker(QObject):
         """The rules panel changed: these rules act from the next step on (logged in the trace)."""
         if self.session is None:
             return
+        before = self.session.rules
         try:
-            self.session.set_rules(rules)
+            now = self.session.set_rules(rules)
         except ValueError as error:
             self.failed.emit(str(error))
+            return
+        if now is before:  # Step and Generate send the panel's rules each time: unchanged ones say nothing
             return
         self._publish()
         self.rulesSet.emit(len(rules))

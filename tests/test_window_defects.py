@@ -88,6 +88,17 @@ def test_a_rule_added_after_a_step_fires_and_is_replayed(qtbot, window, tmp_path
     assert export_open_replay(qtbot, window, tmp_path / "run.json").startswith("identical")
 
 
+def test_only_a_change_of_rules_is_announced(qtbot, window):
+    step(qtbot, window)
+    window.rules_panel.add_rule(" goes to the", "insert", " barn")
+    qtbot.waitUntil(lambda: window.message_label.text().startswith("Rules changed: 1"), timeout=WAIT)
+    step(qtbot, window)
+    window.controller._set_status("")  # Step sends the panel's rules again: unchanged, they say nothing
+    step(qtbot, window)
+    qtbot.wait(50)
+    assert "Rules changed" not in window.message_label.text()
+
+
 def test_a_rule_removed_mid_session_no_longer_fires(qtbot, window):
     window.rules_panel.add_rule(" goes to the", "insert", " barn")
     step(qtbot, window)

@@ -58,17 +58,16 @@ class LocalContext:
 
     def option_probabilities(self, ids, text, encoded, settings) -> list[tuple[float, float]]:
         maker = self._maker_for(settings)
-        first = self._scores(ids)
+        first = maker.distributions(self._scores(ids))  # every option's first token: computed once
         start = self.cache.length
         results = []
         for token_ids in encoded:
-            rows = [first]
+            later = []
             if len(token_ids) > 1:
-                rows += list(self._forward(list(token_ids[:-1])))
+                later = [maker.distributions(row) for row in self._forward(list(token_ids[:-1]))]
                 self.cache.truncate(start)
             p_settings = p_raw = 1.0
-            for token_id, row in zip(token_ids, rows):
-                dists = maker.distributions(row)
+            for token_id, dists in zip(token_ids, [first, *later]):
                 p_settings *= float(dists.final[token_id])
                 p_raw *= float(dists.raw[token_id])
             results.append((p_settings, p_raw))

@@ -76,8 +76,9 @@ class TokenView(QPlainTextEdit):
         self._formats: dict[tuple[int, str, int], QTextCharFormat] = {}
 
     def set_token_bytes(self, token_bytes) -> None:
-        """token_bytes(token_id, token_text) -> the token's own bytes (from the model's tokenizer)."""
-        self._token_bytes = token_bytes
+        """token_bytes(token_id, token_text) -> the token's own bytes (from the model's tokenizer); None:
+        the token's text as UTF-8 (a server's tokens, a trace of another model)."""
+        self._token_bytes = token_bytes or _raw_bytes
 
     # --- content -------------------------------------------------------------------------------------
     def show_session(self, prompt: str, steps) -> None:

@@ -10,6 +10,8 @@ import jinja2
 import jinja2.sandbox
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 
+from engine.core.checks import checked_text
+
 CONTROL, USER_DEFINED = 3, 4  # llama.cpp token types
 
 # Split rules by tokenizer.ggml.pre (from llama.cpp's llama-vocab.cpp). The GPT-2 rule is ByteLevel's own.
@@ -83,13 +85,7 @@ class GGUFTokenizer:
         self._added_ids = {i for i, kind in enumerate(spec["token_types"]) if kind in (CONTROL, USER_DEFINED)}
 
     def encode(self, text: str) -> list[int]:
-        if not isinstance(text, str):
-            raise ValueError(f"text must be a string, got {type(text).__name__}")
-        try:
-            text.encode("utf-8")  # `tokenizers` raises TypeError on a lone surrogate
-        except UnicodeEncodeError as error:
-            raise ValueError(f"text holds a lone surrogate {text[error.start]!r} at position {error.start}: "
-                             "only valid Unicode text can be tokenized") from None  # fmt: skip
+        checked_text(text)  # `tokenizers` raises TypeError on a lone surrogate
         ids = self.hf.encode(text, add_special_tokens=False).ids
         return [self.bos_id] + ids if self.add_bos else ids
 

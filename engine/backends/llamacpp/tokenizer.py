@@ -7,6 +7,7 @@ vocabulary says so. The chat template renders through the numpy engine's jinja2 
 import ctypes
 
 from engine.backends.gguf.tokenizer import GGUFTokenizer
+from engine.core.checks import checked_text
 
 
 class LlamaCppTokenizer:
@@ -26,13 +27,7 @@ class LlamaCppTokenizer:
     chat_prompt = GGUFTokenizer.chat_prompt  # the same jinja2 rendering: chat_template, bos_text, eos_text
 
     def encode(self, text: str) -> list[int]:
-        if not isinstance(text, str):
-            raise ValueError(f"text must be a string, got {type(text).__name__}")
-        try:
-            data = text.encode("utf-8")
-        except UnicodeEncodeError as error:
-            raise ValueError(f"text holds a lone surrogate {text[error.start]!r} at position {error.start}: "
-                             "only valid Unicode text can be tokenized") from None  # fmt: skip
+        data = checked_text(text).encode("utf-8")
         self._check_open()
         size = len(data) + 8
         while True:
