@@ -16,7 +16,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.loading import is_gguf, smollm2_path
+from engine.backends.gguf.header import is_gguf
+from engine.loading import smollm2_path
 
 SOURCES = ("hugging face", "lm studio", "ollama", "package", "recent")
 

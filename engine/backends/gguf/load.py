@@ -6,6 +6,7 @@ from pathlib import Path
 
 from engine.backends.gguf import checks as gguf_checks
 from engine.backends.gguf.cache import cache_key, cache_root, cached_contents, prune_other_caches, write_cache
+from engine.backends.gguf.header import check_gguf_file
 from engine.backends.gguf.model import LlamaModel
 from engine.backends.gguf.reader import end_tokens, file_sha256, read_gguf
 from engine.backends.gguf.tokenizer import GGUFTokenizer
@@ -16,12 +17,7 @@ def load_gguf(path, context_length: int | None = None, progress=None, notice=Non
     the file's context, or context_length positions when fewer, at most gguf_checks.MAX_POSITIONS. A cache
     that does not verify is rebuilt, after notice(why) (default: a CacheRebuiltWarning)."""
     path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"no GGUF file at {path}")
-    with open(path, "rb") as f:
-        magic = f.read(4)
-    if magic != b"GGUF":
-        raise ValueError(f"{path} is not a GGUF file (it starts with {magic!r}, not b'GGUF')")
+    check_gguf_file(path)
     gguf_checks.checked_context_request(context_length)
     directory = cache_root() / cache_key(path)
     cached = cached_contents(directory, notice)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.backends.gguf.header import check_gguf_file, gguf_architecture
 from engine.backends.gguf.reader import file_sha256
 from engine.backends.llamacpp import library
 from engine.backends.llamacpp.tokenizer import LlamaCppTokenizer
@@ -107,7 +108,7 @@ class LlamaCppModel(LocalBackend):
             isinstance(context_length, bool) or not isinstance(context_length, int) or context_length < 1
         ):
             raise ValueError(f"context size must be a whole number of at least 1, got {context_length!r}")
-        _check_file(path)
+        check_gguf_file(path)
         self.llama = llama = library.llama()
         params = llama.llama_model_default_params()
         params.n_gpu_layers = gpu_layers  # no GPU here: the CPU path is what the tests cover
@@ -117,8 +118,6 @@ class LlamaCppModel(LocalBackend):
         library.recent_errors.clear()
         handle = llama.llama_model_load_from_file(str(path).encode(), params)
         if not handle:
-            from engine.loading import gguf_architecture
-
             architecture = gguf_architecture(path)
             raise ValueError(f"{path}: llama.cpp cannot load this file (architecture {architecture!r})"
                              f"{_last_error()}")  # fmt: skip
@@ -211,14 +210,3 @@ class LlamaCppModel(LocalBackend):
         buffer = ctypes.create_string_buffer(256)
         n = self.llama.llama_model_meta_val_str(self.handle, key.encode(), buffer, len(buffer))
         return buffer.value.decode("utf-8", "replace") if n >= 0 else None
-
-
-def _check_file(path: Path) -> None:
-    """A clear ValueError before llama.cpp sees a file that is missing or not GGUF."""
-    try:
-        with open(path, "rb") as f:
-            magic = f.read(4)
-    except OSError as error:
-        raise ValueError(f"{path}: cannot read the model file ({error.strerror or error})") from None
-    if magic != b"GGUF":
-        raise ValueError(f"{path}: not a GGUF file (it starts with {magic!r}, not b'GGUF')")
