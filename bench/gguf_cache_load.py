@@ -2,7 +2,7 @@
 
     python bench/gguf_cache_load.py [--rounds 5]
 
-Each round runs in a fresh process (as the app's start would) and times engine.load_model("smollm2") from
+Each round runs in a fresh process (as the app's start would) and times engine.load_model("smollm2", backend="numpy") from
 an existing cache, twice: "cold-ish", after asking the kernel to drop the cache's files from its page cache
 (posix_fadvise DONTNEED: no root needed, though pages another process maps may stay), and "warm", right
 after. Then, in the same process, the verification's own cost: sha256 over bytes already in memory
@@ -25,7 +25,7 @@ from engine.loading import smollm2_path
 
 path = smollm2_path()
 directory = gguf_cache.cache_root() / gguf_cache.cache_key(path)
-engine.load_model(path) if not (directory / "meta.json").exists() else None  # build the cache once
+engine.load_model(path, backend="numpy") if not (directory / "meta.json").exists() else None  # build the cache once
 files = [directory / name for name in ("weights.npy", "tokenizer.json", "meta.json")]
 
 
@@ -42,9 +42,9 @@ def timed(action):
 
 
 evict()
-cold, model = timed(lambda: engine.load_model(path))
+cold, model = timed(lambda: engine.load_model(path, backend="numpy"))
 del model
-warm, model = timed(lambda: engine.load_model(path))
+warm, model = timed(lambda: engine.load_model(path, backend="numpy"))
 weights = files[0].read_bytes()
 tokenizer = files[1].read_bytes()
 sha256, _ = timed(lambda: (hashlib.sha256(weights).digest(), hashlib.sha256(tokenizer).digest()))

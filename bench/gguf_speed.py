@@ -136,7 +136,7 @@ def main():
     parser.add_argument("--no-threads", action="store_true", help="skip the 1-versus-2 BLAS threads table")
     args = parser.parse_args()
     started = time.perf_counter()
-    model = engine.load_model("smollm2")
+    model = engine.load_model("smollm2", backend="numpy")
     load = time.perf_counter() - started
     ids = prompt_ids(model)
     model.forward_cached(ids[:16], model.new_cache())  # warm up: the first pass touches every page once

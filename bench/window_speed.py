@@ -167,7 +167,7 @@ def smollm2_case(rounds: int):
     """Window and bare Session alternate, after one warm-up of each (the first pass touches every page)."""
     from playground import MainWindow
 
-    model = engine.load_model("smollm2")
+    model = engine.load_model("smollm2", backend="numpy")
     prefs = QSettings(str(Path(tempfile.mkdtemp()) / "bench.ini"), QSettings.Format.IniFormat)
     window = MainWindow(model=model, settings=prefs)
     window.show()

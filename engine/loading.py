@@ -6,7 +6,9 @@ load_model("/path/model.gguf")     any supported GGUF file
 load_model("/path/checkpoint/")    a story-model checkpoint (directory or story-model.npz)
 
 backend= picks what runs a GGUF file: "numpy" (the engine's own transparent reference: llama and qwen2) or
-"llama.cpp" (in process, every architecture llama.cpp supports: pip install ".[llama]"). None: numpy for now.
+"llama.cpp" (in process, every architecture llama.cpp supports: pip install ".[llama]"). None: llama.cpp when
+it is installed, else numpy. threads and gpu_layers are llama.cpp's settings (None: its defaults, the physical
+cores and no GPU layers); the numpy engine refuses them rather than ignore them.
 """
 
 import importlib.util
@@ -34,18 +36,29 @@ def check_gguf_architecture(path: Path) -> None:
     """Refuse a GGUF file whose architecture this engine cannot run, from its header alone."""
     from engine.backends.gguf.checks import SUPPORTED_ARCHITECTURES
     from engine.backends.gguf.header import gguf_architecture
+    from engine.backends.llamacpp import INSTALL
 
     arch = gguf_architecture(path)
     if arch is not None and arch not in SUPPORTED_ARCHITECTURES:
         raise ValueError(
-            f"{path}: architecture {arch!r} is not supported (supported: {', '.join(SUPPORTED_ARCHITECTURES)})"
+            f"{path}: architecture {arch!r} is not supported by the numpy engine (supported: "
+            f"{', '.join(SUPPORTED_ARCHITECTURES)}); the llama.cpp backend runs it: {INSTALL}"
         )
 
 
-def load_model(path=None, *, context_length=None, progress=None, model_name=None, notice=None, backend=None):
-    """The model at `path` (see the module docstring). progress(done, total) reports a first GGUF load;
-    notice(message) hears that a damaged float32 cache is being rebuilt (default: a warning); backend: what
-    runs a GGUF file (None, "numpy" or "llama.cpp")."""
+def default_backend() -> str:
+    """What runs a GGUF file when no backend is asked for: llama.cpp when it is installed, else numpy."""
+    from engine.backends.llamacpp import available
+
+    return "llama.cpp" if available() else "numpy"
+
+
+def load_model(path=None, *, context_length=None, progress=None, model_name=None, notice=None, backend=None,
+               threads=None, gpu_layers=None):  # fmt: skip
+    """The model at `path` (see the module docstring). progress(done, total) reports a GGUF load (an
+    exception it raises cancels the load and reaches the caller); notice(message) hears that a damaged float32
+    cache is being rebuilt (default: a warning); backend: what runs a GGUF file (None, "numpy" or
+    "llama.cpp"); threads, gpu_layers: llama.cpp's CPU threads and layers offloaded to a GPU."""
     from engine.story.checkpoint import load_story_model
 
     if backend is not None and backend not in BACKENDS:
@@ -69,11 +82,18 @@ def load_model(path=None, *, context_length=None, progress=None, model_name=None
             raise ValueError(f"SmolLM2 is not installed: {SMOLLM2_INSTALL}")
         path = found
     path = Path(path)
-    if backend == "llama.cpp":
+    gguf = path.suffix.lower() == ".gguf" or is_gguf(path)
+    if gguf and backend is None:
+        backend = default_backend()
+    if backend == "llama.cpp":  # a file that is not GGUF is refused by name there
         from engine.backends.llamacpp import load_llamacpp
 
-        return load_llamacpp(path, context_length=context_length, progress=progress)
-    if path.suffix.lower() == ".gguf" or is_gguf(path):
+        return load_llamacpp(path, context_length=context_length, threads=threads,
+                             gpu_layers=0 if gpu_layers is None else gpu_layers, progress=progress)  # fmt: skip
+    if threads is not None or gpu_layers is not None:
+        raise ValueError("threads and gpu_layers are settings of the llama.cpp backend (backend='llama.cpp'); "
+                         "the numpy engine and the story model take neither")  # fmt: skip
+    if gguf:
         from engine.backends.gguf.load import load_gguf
 
         check_gguf_architecture(path)

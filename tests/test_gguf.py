@@ -26,7 +26,7 @@ PROMPT = "<|im_start|>user\nthe answer is 42<|im_end|>\n"
 
 def test_forward_matches_a_direct_reference_at_every_position(tiny):
     path, weights = tiny
-    model = engine.load_model(path)
+    model = engine.load_model(path, backend="numpy")
     ids = model.tokenizer.encode(PROMPT)
     ours = model.scores(ids)
     assert ours.dtype == np.float32 and ours.shape == (len(ids), model.vocab_size)
@@ -38,7 +38,7 @@ def test_forward_matches_a_direct_reference_at_every_position(tiny):
 def test_quantized_tensors_and_qwen2_biases(tmp_path, cache_dir):
     weights = tiny_gguf.random_weights(seed=2, qkv_bias=True)
     path = tiny_gguf.write(tmp_path / "qwen.gguf", weights, arch="qwen2", quantize_ffn=True)
-    model = engine.load_model(path)
+    model = engine.load_model(path, backend="numpy")
     assert model.config.qkv_bias and model.config.rope_neox
     ids = model.tokenizer.encode("the theme in a tin")
     reference = tiny_gguf.reference_logits(weights, ids)
@@ -46,7 +46,7 @@ def test_quantized_tensors_and_qwen2_biases(tmp_path, cache_dir):
 
 
 def test_kv_cache_decode_equals_the_full_forward(tiny):
-    model = engine.load_model(tiny[0])
+    model = engine.load_model(tiny[0], backend="numpy")
     ids = model.tokenizer.encode(PROMPT + "<|im_start|>assistant\n the")
     full = model.scores(ids)
     cache = model.new_cache()
@@ -56,7 +56,7 @@ def test_kv_cache_decode_equals_the_full_forward(tiny):
 
 
 def test_tokenizer_keeps_control_tokens_whole_and_round_trips(tiny):
-    model = engine.load_model(tiny[0])
+    model = engine.load_model(tiny[0], backend="numpy")
     tokenizer = model.tokenizer
     ids = tokenizer.encode(PROMPT)
     assert ids[0] == 1 and ids.count(2) == 1  # <|im_start|> and <|im_end|> are single tokens
@@ -68,16 +68,16 @@ def test_tokenizer_keeps_control_tokens_whole_and_round_trips(tiny):
 
 def test_bos_is_added_when_the_file_asks(tmp_path, cache_dir):
     path = tiny_gguf.write(tmp_path / "bos.gguf", tiny_gguf.random_weights(), add_bos=True)
-    assert engine.load_model(path).tokenizer.encode("the")[0] == 1
+    assert engine.load_model(path, backend="numpy").tokenizer.encode("the")[0] == 1
 
 
 def test_chat_template_renders_the_prompt(tiny):
-    model = engine.load_model(tiny[0])
+    model = engine.load_model(tiny[0], backend="numpy")
     assert model.chat_prompt("hello") == "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n"
 
 
 def test_generation_stops_at_end_of_text(tiny):
-    model = engine.load_model(tiny[0])
+    model = engine.load_model(tiny[0], backend="numpy")
     session = engine.Session(model, "the", max_new_tokens=5)
     session.force_token(2)  # <|im_end|>
     session.step()
@@ -88,17 +88,17 @@ def test_generation_stops_at_end_of_text(tiny):
 
 def test_second_load_reads_the_cache_and_a_changed_file_rebuilds_it(tiny, cache_dir, monkeypatch):
     path, _ = tiny
-    first = engine.load_model(path)
+    first = engine.load_model(path, backend="numpy")
     calls = []
     original = gguf_load.read_gguf
     monkeypatch.setattr(gguf_load, "read_gguf", lambda *a, **k: calls.append(1) or original(*a, **k))
-    second = engine.load_model(path)
+    second = engine.load_model(path, backend="numpy")
     assert calls == []  # the GGUF file was not parsed again
     ids = first.tokenizer.encode(PROMPT)
     assert np.array_equal(first.scores(ids), second.scores(ids))
     assert second.weights_sha256 == first.weights_sha256
     os.utime(path, ns=(time.time_ns(), time.time_ns() + 10**9))  # the file changed (newer mtime)
-    engine.load_model(path)
+    engine.load_model(path, backend="numpy")
     assert calls == [1]
     entries = [p.name for p in cache_dir.glob("gguf/*")]
     assert len(entries) == 1 and not any(".tmp" in e for e in entries)  # the stale cache is gone
@@ -106,7 +106,7 @@ def test_second_load_reads_the_cache_and_a_changed_file_rebuilds_it(tiny, cache_
 
 def test_progress_is_reported_while_dequantizing(tiny):
     seen = []
-    engine.load_model(tiny[0], progress=lambda done, total: seen.append((done, total)))
+    engine.load_model(tiny[0], progress=lambda done, total: seen.append((done, total)), backend="numpy")
     assert seen and seen[-1][0] == seen[-1][1]
 
 
@@ -114,9 +114,9 @@ def test_not_a_gguf_file(tmp_path, cache_dir):
     path = tmp_path / "model.gguf"
     path.write_bytes(b"PK\x03\x04 not a model at all")
     with pytest.raises(ValueError, match=r"is not a GGUF file \(it starts with b'PK\\x03\\x04'"):
-        engine.load_model(path)
+        engine.load_model(path, backend="numpy")
     with pytest.raises(ValueError, match="no GGUF file at"):
-        engine.load_model(tmp_path / "missing.gguf")
+        engine.load_model(tmp_path / "missing.gguf", backend="numpy")
 
 
 def test_truncated_file(tiny, tmp_path):
@@ -124,17 +124,17 @@ def test_truncated_file(tiny, tmp_path):
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(data[: len(data) * 2 // 3])
     with pytest.raises(ValueError, match="cut.gguf"):
-        engine.load_model(cut)
+        engine.load_model(cut, backend="numpy")
 
 
 def test_unsupported_architecture(tmp_path, cache_dir):
     path = tiny_gguf.write(tmp_path / "gpt2.gguf", tiny_gguf.random_weights(), arch="gpt2")
     with pytest.raises(ValueError, match="architecture 'gpt2' is not supported"):
-        engine.load_model(path)
+        engine.load_model(path, backend="numpy")
 
 
 def test_float32_end_to_end(tiny):
-    model = engine.load_model(tiny[0])
+    model = engine.load_model(tiny[0], backend="numpy")
     assert all(np.asarray(w).dtype == np.float32 for name, w in gguf_cache._flatten(model.weights))
     assert model.scores([5, 6, 7]).dtype == np.float32
 
@@ -153,7 +153,7 @@ def test_decode_and_prompt_run_under_the_chosen_blas_threads_in_any_thread(tiny,
         pytest.skip("numpy's BLAS here is not OpenBLAS")
     from engine.backends import blas_threads
 
-    model = engine.load_model(tiny[0])
+    model = engine.load_model(tiny[0], backend="numpy")
     ids = model.tokenizer.encode(PROMPT)
     seen = []
     real_forward = gguf_model.forward
@@ -189,7 +189,7 @@ def test_kv_cache_takes_small_pages_not_huge_ones(tiny):
     smaps = "/proc/self/smaps"
     if not os.path.exists(smaps) or "[never]" in _read("/sys/kernel/mm/transparent_hugepage/enabled"):
         pytest.skip("no transparent huge pages here")
-    config = replace(engine.load_model(tiny[0]).config, n_layers=30, n_kv_heads=3, head_dim=64)  # SmolLM2's
+    config = replace(engine.load_model(tiny[0], backend="numpy").config, n_layers=30, n_kv_heads=3, head_dim=64)  # SmolLM2's
     cache = gguf_model.LlamaCache(config, 8192)
     cache.k[:, :, 0] = 1.0  # the first position of every (layer, head), as the first token writes it
     mappings = _mappings_over(cache.k.ctypes.data, cache.k.nbytes, smaps)  # madvise may split a mapping

@@ -138,14 +138,14 @@ CORRUPTIONS = {
 
 @pytest.mark.parametrize("corrupt", CORRUPTIONS.values(), ids=CORRUPTIONS.keys())
 def test_a_damaged_cache_is_rebuilt_with_a_warning_and_never_used(tiny, cache_dir, gguf_reads, corrupt):
-    clean = engine.load_model(tiny)
+    clean = engine.load_model(tiny, backend="numpy")
     ids = clean.tokenizer.encode(PROMPT)
     expected = clean.scores(ids)
     corrupt(the_cache(cache_dir))
     with pytest.warns(gguf_cache.CacheRebuiltWarning, match="rebuilding it from the GGUF file"):
-        rebuilt = engine.load_model(tiny)
+        rebuilt = engine.load_model(tiny, backend="numpy")
     assert len(gguf_reads) == 2  # the first load and the rebuild parsed the file
-    again = engine.load_model(tiny)  # the rebuilt cache verifies (no warning: warnings fail tests here)
+    again = engine.load_model(tiny, backend="numpy")  # the rebuilt cache verifies (no warning: warnings fail tests here)
     assert len(gguf_reads) == 2
     for model in (rebuilt, again):
         assert np.array_equal(model.scores(ids), expected)
@@ -155,15 +155,15 @@ def test_a_damaged_cache_is_rebuilt_with_a_warning_and_never_used(tiny, cache_di
 
 
 def test_a_cache_of_an_older_schema_is_rebuilt_quietly(tiny, cache_dir, gguf_reads):
-    clean = engine.load_model(tiny)
+    clean = engine.load_model(tiny, backend="numpy")
     edit_meta(the_cache(cache_dir), lambda meta: meta.__setitem__("schema", "token-playground/gguf-cache/2"))
-    model = engine.load_model(tiny)  # no warning: an update is expected to bring a new schema
+    model = engine.load_model(tiny, backend="numpy")  # no warning: an update is expected to bring a new schema
     assert len(gguf_reads) == 2
     assert np.array_equal(model.scores([5, 6, 7]), clean.scores([5, 6, 7]))
 
 
 def test_the_cache_records_and_checks_digests(tiny, cache_dir):
-    engine.load_model(tiny)
+    engine.load_model(tiny, backend="numpy")
     directory = the_cache(cache_dir)
     meta = json.loads((directory / "meta.json").read_text())
     assert meta["schema"] == gguf_cache.CACHE_SCHEMA and set(meta["files"]) == {"weights.npy", "tokenizer.json"}
@@ -259,7 +259,7 @@ HOSTILE = {  # name -> (write() options, what the message must name)
 def test_a_hostile_file_is_refused_naming_the_field(tmp_path, cache_dir, options, message):
     path = tiny_gguf.write(tmp_path / "hostile.gguf", tiny_gguf.random_weights(seed=1), **options)
     with pytest.raises(ValueError, match=re.escape(str(path)) + ": .*" + message):
-        engine.load_model(path)
+        engine.load_model(path, backend="numpy")
     assert not (cache_dir / "gguf").exists() or not any((cache_dir / "gguf").iterdir())  # nothing cached
 
 
@@ -275,7 +275,7 @@ def test_a_hostile_qwen2_file_is_refused(tmp_path, cache_dir, tensors, message):
     weights = tiny_gguf.random_weights(seed=2, qkv_bias=True)
     path = tiny_gguf.write(tmp_path / "qwen.gguf", weights, arch="qwen2", quantize_ffn=True, tensors=tensors)
     with pytest.raises(ValueError, match="qwen.gguf: .*" + message):
-        engine.load_model(path)
+        engine.load_model(path, backend="numpy")
 
 
 def test_a_huge_declared_context_allocates_only_the_capped_positions(tmp_path, cache_dir):
@@ -283,7 +283,7 @@ def test_a_huge_declared_context_allocates_only_the_capped_positions(tmp_path, c
 
     path = tiny_gguf.write(tmp_path / "long.gguf", tiny_gguf.random_weights(seed=1),
                            metadata={"llama.context_length": 2**32 - 1})  # fmt: skip
-    for model in (engine.load_model(path), engine.load_model(path)):  # from the file, then from the cache
+    for model in (engine.load_model(path, backend="numpy"), engine.load_model(path, backend="numpy")):  # from the file, then from the cache
         assert model.config.context_length == 2**32 - 1  # what the file says, kept
         assert model.context_length == MAX_POSITIONS and model.new_cache().k.shape[2] == MAX_POSITIONS
         assert model._tables[0].shape == (MAX_POSITIONS, HEAD_DIM // 2)
@@ -295,13 +295,13 @@ def test_a_requested_context_length_is_checked(tiny, requested):
     with pytest.raises(
         ValueError, match=f"context_length is {re.escape(repr(requested))}; it must be a positive integer"
     ):
-        engine.load_model(tiny, context_length=requested)
+        engine.load_model(tiny, context_length=requested, backend="numpy")
 
 
 def test_a_requested_context_length_is_kept_within_the_models(tiny):
-    assert engine.load_model(tiny, context_length=16).context_length == 16
-    assert engine.load_model(tiny, context_length=np.int64(20)).context_length == 20
-    assert engine.load_model(tiny, context_length=10**12).context_length == tiny_gguf.CONTEXT
+    assert engine.load_model(tiny, context_length=16, backend="numpy").context_length == 16
+    assert engine.load_model(tiny, context_length=np.int64(20), backend="numpy").context_length == 20
+    assert engine.load_model(tiny, context_length=10**12, backend="numpy").context_length == tiny_gguf.CONTEXT
 
 
 # --- any metadata at all -----------------------------------------------------------------------------
@@ -332,7 +332,7 @@ def test_any_metadata_either_runs_or_is_refused_with_a_value_error(tmp_path, cac
         tmp_path / f"any-{os.urandom(6).hex()}.gguf", tiny_gguf.random_weights(seed=1), metadata=overrides
     )
     try:
-        model = engine.load_model(path)
+        model = engine.load_model(path, backend="numpy")
     except ValueError as error:
         assert str(error).startswith(str(path))
         return

@@ -24,7 +24,7 @@ def model(llama_cpp_server):
 
 @pytest.fixture(scope="module")
 def smollm2():
-    return engine.load_model("smollm2")
+    return engine.load_model("smollm2", backend="numpy")
 
 
 def test_connects_and_detects_what_it_supports(model, llama_cpp_server, smollm2):

@@ -39,7 +39,7 @@ def each_server(request):
 @pytest.fixture(scope="module")
 def smollm2():
     """The numpy engine on the same file: an independent tokenizer and reference probabilities."""
-    return engine.load_model("smollm2")
+    return engine.load_model("smollm2", backend="numpy")
 
 
 def snapshot(session):
@@ -52,7 +52,7 @@ def test_connects_and_detects_what_the_server_supports(server_model, llama_serve
     caps = server_model.protocol
     # its echo is shifted by a position that depends on the prompt (engine/backends/remote/model.py _find_scoring)
     assert caps == {"tokenize": "llama-cpp-python", "token_id_prompts": False, "scoring": "per position"}
-    assert server_model.tokenizer.encode(PROMPT) == engine.load_model("smollm2").tokenizer.encode(PROMPT)
+    assert server_model.tokenizer.encode(PROMPT) == engine.load_model("smollm2", backend="numpy").tokenizer.encode(PROMPT)
 
 
 def test_stepping_shows_the_servers_top_20_and_nothing_it_did_not_say(server_model):
@@ -155,7 +155,7 @@ def test_server_numbers_reach_the_steps_unchanged(server_model):
 def test_server_top5_agrees_with_the_numpy_engine(server_model):
     """At every step of a 32-token greedy continuation, the server's top-5 probabilities against the numpy
     engine's on the tokens the server saw (a text-only server re-tokenizes the text it is sent)."""
-    local = engine.load_model("smollm2")
+    local = engine.load_model("smollm2", backend="numpy")
     session = Session(server_model, PROMPT + " Paris. It is known for", max_new_tokens=32, temperature=0)
     largest = 0.0
     for _ in range(32):

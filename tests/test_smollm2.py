@@ -30,7 +30,7 @@ PROBABILITY_TOLERANCE = 0.15
 
 @pytest.fixture(scope="module")
 def smollm2():
-    return engine.load_model("smollm2")
+    return engine.load_model("smollm2", backend="numpy")
 
 
 def test_loads_by_name_with_the_engine_surface(smollm2):

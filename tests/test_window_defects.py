@@ -195,7 +195,7 @@ def test_neighbouring_tokens_are_told_apart(qtbot, window):
 # --- 9: a character whose bytes span tokens ------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def smollm2():
-    return engine.load_model("smollm2")
+    return engine.load_model("smollm2", backend="numpy")
 
 
 def test_a_character_split_over_tokens_shows_once_complete(qtbot, smollm2, prefs):

@@ -80,10 +80,13 @@ def _free_context(llama, ctx, batch) -> None:
     llama.llama_free(ctx)
 
 
-def _report(progress, done: float) -> bool:
+def _report(progress, done: float, raised: list) -> bool:
+    """llama.cpp's progress callback: an exception cannot cross into C, so it cancels the load (False) and is
+    kept in `raised` to be raised once llama.cpp has returned (a cancelled load reaches the caller as such)."""
     try:
         progress(round(done * 1000), 1000)
-    except Exception:  # noqa: BLE001 - an exception cannot cross into C: it cancels the load instead
+    except BaseException as error:  # noqa: BLE001
+        raised.append(error)
         return False
     return True
 
@@ -112,11 +115,16 @@ class LlamaCppModel(LocalBackend):
         self.llama = llama = library.llama()
         params = llama.llama_model_default_params()
         params.n_gpu_layers = gpu_layers  # no GPU here: the CPU path is what the tests cover
+        raised: list[BaseException] = []
         if progress is not None:
-            callback = llama.llama_progress_callback(lambda done, _data: _report(progress, done))
+            callback = llama.llama_progress_callback(lambda done, _data: _report(progress, done, raised))
             params.progress_callback = callback  # `callback` stays referenced until the load returns
         library.recent_errors.clear()
         handle = llama.llama_model_load_from_file(str(path).encode(), params)
+        if raised:  # the progress callback raised: that is why the load stopped (a freed model, if any)
+            if handle:
+                llama.llama_model_free(handle)
+            raise raised[0]
         if not handle:
             architecture = gguf_architecture(path)
             raise ValueError(f"{path}: llama.cpp cannot load this file (architecture {architecture!r})"
