@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.backends.gguf.header import is_gguf
+from engine.backends.gguf.header import gguf_architecture, is_gguf
 from engine.loading import smollm2_path
 
 SOURCES = ("hugging face", "lm studio", "ollama", "package", "recent")
@@ -35,7 +35,8 @@ _MAX_DEPTH = 4  # LM Studio: publisher/repo/file.gguf, with a little room
 @dataclass(frozen=True)
 class FoundModel:
     """A GGUF file found on this computer. name: what the picker shows; source: one of SOURCES;
-    size: bytes; repo_id/revision: the Hugging Face repository and commit (None for other sources)."""
+    size: bytes; repo_id/revision: the Hugging Face repository and commit (None for other sources);
+    architecture: general.architecture from the file's header (None when the header does not say)."""
 
     name: str
     path: Path
@@ -43,6 +44,23 @@ class FoundModel:
     size: int
     repo_id: str | None = None
     revision: str | None = None
+    architecture: str | None = None
+
+    @classmethod
+    def at(cls, path) -> "FoundModel | None":
+        """The file a person chose by hand (source "recent"); None when it is not a GGUF file."""
+        path = Path(path).expanduser()
+        return _model(path.name, path, "recent")
+
+    @property
+    def backends(self) -> tuple[str, ...]:
+        """What can run this file here, the default first: llama.cpp when it is installed, and the numpy
+        engine (the transparent reference) for the architectures it reads."""
+        from engine.backends.gguf.checks import SUPPORTED_ARCHITECTURES
+        from engine.loading import default_backend
+
+        numpy = ("numpy",) if self.architecture in SUPPORTED_ARCHITECTURES else ()
+        return ("llama.cpp", *numpy) if default_backend() == "llama.cpp" else numpy
 
 
 def find_models(hf_cache=None, lmstudio_dirs=None, ollama_dir=None, recent=(), *, packages=True) -> list[FoundModel]:
@@ -119,7 +137,7 @@ def _model(name: str, path: Path, source: str, repo_id=None, revision=None) -> F
         return None
     if not is_gguf(path):
         return None
-    return FoundModel(name, path, source, size, repo_id, revision)
+    return FoundModel(name, path, source, size, repo_id, revision, gguf_architecture(path))
 
 
 def _hugging_face(cache):
@@ -222,7 +240,6 @@ def _packages():
 
 
 def _recent(path):
-    path = Path(path).expanduser()
-    model = _model(path.name, path, "recent")
+    model = FoundModel.at(path)
     if model:
         yield model

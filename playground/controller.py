@@ -40,7 +40,8 @@ class Controller(QObject):
     setRules = Signal(object)
     resetSession = Signal()
     requestPreview = Signal()
-    loadModel = Signal(object)
+    loadModel = Signal(object)  # {"source": ..., and engine.load_model's options}
+    findModels = Signal(object)  # the recent files, for the worker's discovery
     traceWanted = Signal(object)  # a Future the worker fills with the session's trace
     # for outside observers (tests, bench)
     runFinished = Signal(str)
@@ -76,6 +77,7 @@ class Controller(QObject):
                              (self.continueWith, worker.continue_with), (self.replayTrace, worker.replay),
                              (self.resetSession, worker.reset), (self.requestPreview, worker.send_preview),
                              (self.loadModel, worker.load_model), (self.setRules, worker.set_rules),
+                             (self.findModels, worker.find_models),
                              (self.traceWanted, worker.make_trace)):  # fmt: skip
             signal.connect(slot)
         # this QObject's slots: queued, so they run on the GUI thread in the order the worker sent them
@@ -85,7 +87,8 @@ class Controller(QObject):
                              (worker.finished, self._on_finished), (worker.paused, self._on_paused),
                              (worker.failed, self._on_failed), (worker.busyChanged, self._on_busy),
                              (worker.replayed, self._on_replayed), (worker.loadProgress, self._on_load_progress),
-                             (worker.modelLoaded, self._on_model_loaded)):  # fmt: skip
+                             (worker.modelLoaded, self._on_model_loaded),
+                             (worker.modelsFound, self.picker.set_found)):  # fmt: skip
             signal.connect(slot)
 
         c = w.controls
@@ -101,6 +104,7 @@ class Controller(QObject):
             signal.connect(slot)
         self.picker.show_model(self.model)
         self.feed.use_token_bytes(self.model)
+        self.findModels.emit(self.picker.prefs.recent())
 
     # --- commands from the person ----------------------------------------------------------------------
     def generate(self) -> None:
@@ -264,14 +268,18 @@ class Controller(QObject):
             self.replayTrace.emit(self.trace_viewed, self._replaying)
 
     # --- models ------------------------------------------------------------------------------------------
-    def open_model(self, source) -> None:
-        """Load a model in the worker (None: the story model); the window keeps the old one until it is in."""
+    def open_model(self, source, **options) -> None:
+        """Load a model in the worker: engine.load_model(source, **options) (None: the story model); the
+        window keeps the old one until it is in."""
+        if isinstance(source, dict):  # a request from the picker
+            source, options = source["source"], {k: v for k, v in source.items() if k != "source"}
         self.worker.request_stop()
         self.picker.show_progress(0, 0)
         self.window.controls.set_running(True, can_start=False)  # Stop cancels the load
         self.loading = True
-        self._set_status(f"Loading {source or 'the story model'}...")
-        self.loadModel.emit(source)
+        engine_name = f" with {options['backend']}" if options.get("backend") else ""
+        self._set_status(f"Loading {source or 'the story model'}{engine_name}...")
+        self.loadModel.emit({"source": source, **options})
 
     def _on_load_progress(self, done: int, total: int) -> None:
         self.picker.show_progress(done, total)
@@ -282,6 +290,7 @@ class Controller(QObject):
         self.prompts.set_model(model)
         self.reset()
         self.picker.model_loaded(model)
+        self.findModels.emit(self.picker.prefs.recent())  # the file just opened is now a recent one
         self.check_prompt()
         vocab = f"{model.vocab_size:,} tokens" if model.vocab_size else "the server's tokenizer"
         self._set_status(f"{model.name}: {vocab}, {model.context_length:,} positions")

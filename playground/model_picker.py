@@ -1,16 +1,22 @@
-"""The model picker's wiring: it fills the picker with the models there are, keeps it on the model in use,
-and turns a choice (through a file or URL dialog where it needs one) into a source for engine.load_model;
-while that loads it shows the progress, and once it is in, the window follows it (title, the controls'
-ranges, the chart's stages, an example prompt)."""
+"""The model picker's wiring: it lists the models there are (the story model, the GGUF files engine.find_models
+found on this computer, each with the engines that can run it, and the model in use), keeps it on the model
+in use, and turns a choice (through a file, URL or settings dialog where it needs one) into a load request:
+{"source": what engine.load_model takes, plus its options (backend, context_length, threads, gpu_layers)}.
+Each file's options are remembered (model_prefs.py). While a model loads it shows the progress, and once it is
+in, the window follows it (title, the controls' ranges, the chart's stages, an example prompt)."""
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
-from PySide6.QtCore import QObject, Signal
-from PySide6.QtWidgets import QFileDialog, QInputDialog
+from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtWidgets import QDialog, QFileDialog, QInputDialog
 
 import engine
 
-SMOLLM2 = "smollm2"
+from .model_prefs import ModelPrefs
+from .widgets.model_settings import ModelSettingsDialog
+
 OPEN_GGUF = "open a gguf file"
 CONNECT = "connect to a server"
 DEFAULT_URL = "http://127.0.0.1:8080/v1"
@@ -18,46 +24,95 @@ STORY_EXAMPLE = "mia has a red ball."
 CHAT_EXAMPLE = "What is the capital of France?"
 TEXT_EXAMPLE = "The quick brown fox"
 EXAMPLE_PROMPTS = {"story model": STORY_EXAMPLE}
+ENGINE_NAMES = {"llama.cpp": "llama.cpp", "numpy": "numpy reference engine"}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One line of the picker. source: None (the story model), a file, a URL, OPEN_GGUF or CONNECT;
+    backend: what runs a file; found: the engine.FoundModel behind a file's line."""
+
+    label: str
+    source: str | None
+    backend: str | None = None
+    found: object = None
+    tip: str = ""
+
+
+def model_backend(model) -> str | None:
+    """What runs a loaded model: "llama.cpp", "numpy" for a GGUF file in the numpy engine, None otherwise."""
+    if not model.source or model.source.startswith(("http://", "https://")):
+        return None
+    return model.describe().get("backend", "numpy")
+
+
+def _found_entries(found) -> list[Entry]:
+    tip = f"{found.path}\n{found.architecture or 'unknown architecture'}, {found.size / 2**20:,.0f} MiB, from {found.source}"
+    return [Entry(f"{found.name} — {ENGINE_NAMES[backend]}", str(found.path), backend, found, tip)
+            for backend in found.backends]  # fmt: skip
 
 
 class ModelPicker(QObject):
-    chosen = Signal(object)  # what engine.load_model takes: None (the story model), "smollm2", a path or a URL
+    chosen = Signal(object)  # a load request: {"source": ..., and engine.load_model's options}
 
     def __init__(self, window, busy: Callable[[], bool]):
         super().__init__(window)
         self.window, self.controls = window, window.controls
         self.picker, self.progress = window.controls.model_picker, window.controls.load_progress
+        self.prefs = ModelPrefs(window.prefs)
         self.busy = busy  # while a run goes on, the model stays
-        self.source: str | None = None  # the model in use: its file or URL, None for the story model
+        self.current: tuple[str | None, str | None] = (None, None)  # the model in use: (source, backend)
+        self.current_name = ""
+        self.found: list = []  # engine.FoundModel, from the worker's discovery
+        self.entries: list[Entry] = []
         self.picker.activated.connect(self.pick)
+        window.controls.model_settings.clicked.connect(self.edit_settings)
 
     def model_loaded(self, model) -> None:
-        """A new model is in: the window's title and an example prompt for it, and what show_model does."""
+        """A new model is in: the window's title and an example prompt for it, it joins the recent files, and
+        what show_model does."""
         self.window.setWindowTitle(f"Token Playground — {model.name}")
-        self.hide_progress()
         chat = model.capabilities.chat_template
         self.controls.prompt.setPlainText(EXAMPLE_PROMPTS.get(model.name) or (CHAT_EXAMPLE if chat else TEXT_EXAMPLE))
+        if model_backend(model) is not None:
+            self.prefs.opened(model.source)
         self.show_model(model)
 
     def show_model(self, model) -> None:
-        """Fill the picker: the built-in models, the model in use (a file or a server of its own), then the
-        entries that open a file or connect to a server; the model in use is selected. The controls' ranges
-        and the chart's stages follow the model."""
-        self.source = model.source or None
-        smollm2 = engine.smollm2_path()
-        picker = self.picker
-        picker.clear()
-        picker.addItem("Story model (built in)", None)
-        if smollm2 is not None:
-            picker.addItem("SmolLM2-135M-Instruct", SMOLLM2)
-        if self.source is not None and (smollm2 is None or self.source != str(smollm2)):
-            picker.addItem(model.name, self.source)
-        picker.addItem("Open GGUF file...", OPEN_GGUF)
-        picker.addItem("Connect to server...", CONNECT)
-        self.show_current()
+        """The model in use: selected in the picker; the controls' ranges and the chart's stages follow it."""
+        self.current, self.current_name = (model.source or None, model_backend(model)), model.name
+        self._fill()
+        self.hide_progress()
         vocab = model.vocab_size or 1_000_000  # a server's vocabulary size is not known
         self.controls.set_model_limits(vocab, model.context_length, model.capabilities.chat_template)
         self.window.chart.set_full_distribution(model.capabilities.full_distribution)
+
+    def set_found(self, found: list) -> None:
+        """The GGUF files discovery found (engine.find_models, run by the worker)."""
+        self.found = list(found)
+        self._fill()
+
+    def _fill(self) -> None:
+        """The built-in story model, each found file once per engine that runs it, the model in use if it is
+        none of those, then the lines that open a file or connect to a server; the model in use selected."""
+        entries = [Entry("Story model (built in)", None, tip="the story model trained for this app (no install)")]
+        for found in self.found:
+            entries += _found_entries(found)
+        source, backend = self.current
+        if source is not None and not any((e.source, e.backend) == self.current for e in entries):
+            # named as discovery names a recent file (it will be one from the next search on)
+            label = f"{Path(source).name} — {ENGINE_NAMES[backend]}" if backend else self.current_name
+            entries.append(Entry(label, source, backend, tip=source))
+        entries += [Entry("Open GGUF file...", OPEN_GGUF, tip="a .gguf file, with its engine and settings"),
+                    Entry("Connect to server...", CONNECT, tip="an OpenAI-compatible server")]  # fmt: skip
+        self.entries = entries
+        self.picker.blockSignals(True)
+        self.picker.clear()
+        for index, entry in enumerate(entries):
+            self.picker.addItem(entry.label)
+            self.picker.setItemData(index, entry.tip, Qt.ItemDataRole.ToolTipRole)
+        self.picker.blockSignals(False)
+        self.show_current()
 
     def show_current(self) -> None:
         """Select the model in use again (after a choice that did not load, or was cancelled)."""
@@ -68,35 +123,70 @@ class ModelPicker(QObject):
         self.progress.setMaximum(max(total, 1))
         self.progress.setValue(done)
         self.progress.show()
+        self.controls.model_settings.setEnabled(False)
 
     def hide_progress(self) -> None:
         self.progress.hide()
+        self.controls.model_settings.setEnabled(self.current[1] is not None)
 
     def _index_of_current(self) -> int:
-        source = self.source
-        for index in range(self.picker.count()):
-            data = self.picker.itemData(index)
-            if data == source or (data == SMOLLM2 and source is not None and source == str(engine.smollm2_path())):
+        for index, entry in enumerate(self.entries):
+            if (entry.source, entry.backend) == self.current:
                 return index
         return 0
 
     def pick(self, index: int) -> None:
-        source = self.picker.itemData(index)
-        if index == self._index_of_current() or self.busy():
+        entry = self.entries[index] if 0 <= index < len(self.entries) else None
+        if entry is None or index == self._index_of_current() or self.busy():
             self.show_current()
             return
-        if source == CONNECT:
+        self.show_current()  # until the new model is in
+        if entry.source == CONNECT:
             url, ok = QInputDialog.getText(self.window, "Connect to a server",
                                            "OpenAI-compatible server (vLLM, llama-server, llama-cpp-python):",
                                            text=DEFAULT_URL)  # fmt: skip
-            self.show_current()
-            if not ok or not url.strip():
-                return
-            source = url.strip()
-        elif source == OPEN_GGUF:
+            if ok and url.strip():
+                self.chosen.emit({"source": url.strip()})
+        elif entry.source == OPEN_GGUF:
             path, _ = QFileDialog.getOpenFileName(self.window, "Open a GGUF model", "", "GGUF models (*.gguf)")
-            self.show_current()
-            if not path:
-                return
-            source = path
-        self.chosen.emit(source)
+            if path:
+                self.open_file(path)
+        elif entry.backend is None:
+            self.chosen.emit({"source": entry.source})
+        else:
+            self.chosen.emit(self.request(entry.source, entry.backend))
+
+    def request(self, path: str, backend: str) -> dict:
+        """Open this file with this engine, and the options remembered for it (llama.cpp's own only for it)."""
+        options = {**self.prefs.options(path), "backend": backend}
+        if backend != "llama.cpp":
+            options.pop("threads", None)
+            options.pop("gpu_layers", None)
+        return {"source": path, **options}
+
+    def open_file(self, path: str) -> None:
+        """A file chosen by hand: its settings dialog first (the engine's own check names a file that is not
+        GGUF, or one no installed engine runs)."""
+        found = engine.FoundModel.at(path)
+        if found is None or not found.backends:
+            self.chosen.emit({"source": path})
+        else:
+            self.ask_settings(found)
+
+    def edit_settings(self) -> None:
+        """The settings of the file in use: changed ones reload it (the old model stays until then)."""
+        source, _backend = self.current
+        found = engine.FoundModel.at(source) if source else None
+        if found is not None and not self.busy():
+            self.ask_settings(found, backend=_backend)
+
+    def ask_settings(self, found, backend: str | None = None) -> None:
+        """The settings dialog for this file; OK remembers them and loads it with them."""
+        path = str(found.path)
+        remembered = self.prefs.options(path)
+        dialog = ModelSettingsDialog(found, {**remembered, **({"backend": backend} if backend else {})}, self.window)
+        if dialog.exec() != QDialog.DialogCode.Accepted:
+            return
+        options = dialog.values()
+        self.prefs.remember(path, {**remembered, **options})  # llama.cpp's threads outlive a turn on numpy
+        self.chosen.emit({"source": path, **{key: value for key, value in options.items() if value is not None}})

@@ -58,6 +58,7 @@ class GenerationWorker(QObject):
     busyChanged = Signal(bool)
     loadProgress = Signal(int, int)  # (done, total) while a model loads
     modelLoaded = Signal(object)  # the new model; the old session is gone
+    modelsFound = Signal(object)  # engine.find_models' list
 
     def __init__(self, model):
         super().__init__()
@@ -291,9 +292,17 @@ class GenerationWorker(QObject):
         return True
 
     @Slot(object)
-    def load_model(self, source) -> None:
-        """Load a model here, off the GUI thread (engine.load_model's argument); on failure keep the old one."""
+    def find_models(self, recent) -> None:
+        """The GGUF files on this computer (disk reads: here, not on the GUI thread); discovery never raises."""
+        self.modelsFound.emit(engine.find_models(recent=recent))
+
+    @Slot(object)
+    def load_model(self, request: dict) -> None:
+        """Load a model here, off the GUI thread: engine.load_model(request["source"], **the rest); on failure
+        keep the old one."""
         self._cancel_load.clear()
+        source = request["source"]
+        options = {key: value for key, value in request.items() if key != "source"}
 
         def progress(done, total):
             if self._cancel_load.is_set():
@@ -302,7 +311,7 @@ class GenerationWorker(QObject):
 
         notices = []  # a damaged cache that was rebuilt: said once the model is in
         try:
-            model = engine.load_model(source, progress=progress, notice=notices.append)
+            model = engine.load_model(source, progress=progress, notice=notices.append, **options)
         except LoadCancelled:
             self.failed.emit(f"{LOAD_CANCELLED}: still using {self.model.name}")
             return

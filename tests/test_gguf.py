@@ -189,7 +189,9 @@ def test_kv_cache_takes_small_pages_not_huge_ones(tiny):
     smaps = "/proc/self/smaps"
     if not os.path.exists(smaps) or "[never]" in _read("/sys/kernel/mm/transparent_hugepage/enabled"):
         pytest.skip("no transparent huge pages here")
-    config = replace(engine.load_model(tiny[0], backend="numpy").config, n_layers=30, n_kv_heads=3, head_dim=64)  # SmolLM2's
+    config = replace(
+        engine.load_model(tiny[0], backend="numpy").config, n_layers=30, n_kv_heads=3, head_dim=64
+    )  # SmolLM2's
     cache = gguf_model.LlamaCache(config, 8192)
     cache.k[:, :, 0] = 1.0  # the first position of every (layer, head), as the first token writes it
     mappings = _mappings_over(cache.k.ctypes.data, cache.k.nbytes, smaps)  # madvise may split a mapping

@@ -145,7 +145,9 @@ def test_a_damaged_cache_is_rebuilt_with_a_warning_and_never_used(tiny, cache_di
     with pytest.warns(gguf_cache.CacheRebuiltWarning, match="rebuilding it from the GGUF file"):
         rebuilt = engine.load_model(tiny, backend="numpy")
     assert len(gguf_reads) == 2  # the first load and the rebuild parsed the file
-    again = engine.load_model(tiny, backend="numpy")  # the rebuilt cache verifies (no warning: warnings fail tests here)
+    again = engine.load_model(
+        tiny, backend="numpy"
+    )  # the rebuilt cache verifies (no warning: warnings fail tests here)
     assert len(gguf_reads) == 2
     for model in (rebuilt, again):
         assert np.array_equal(model.scores(ids), expected)
@@ -283,7 +285,10 @@ def test_a_huge_declared_context_allocates_only_the_capped_positions(tmp_path, c
 
     path = tiny_gguf.write(tmp_path / "long.gguf", tiny_gguf.random_weights(seed=1),
                            metadata={"llama.context_length": 2**32 - 1})  # fmt: skip
-    for model in (engine.load_model(path, backend="numpy"), engine.load_model(path, backend="numpy")):  # from the file, then from the cache
+    for model in (
+        engine.load_model(path, backend="numpy"),
+        engine.load_model(path, backend="numpy"),
+    ):  # from the file, then from the cache
         assert model.config.context_length == 2**32 - 1  # what the file says, kept
         assert model.context_length == MAX_POSITIONS and model.new_cache().k.shape[2] == MAX_POSITIONS
         assert model._tables[0].shape == (MAX_POSITIONS, HEAD_DIM // 2)

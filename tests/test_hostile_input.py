@@ -174,7 +174,9 @@ def test_a_stream_count_beyond_what_the_trace_holds_does_not_hang(trace, story_m
 
 def test_another_models_trace_says_so_first(story_model, tmp_path, monkeypatch):
     monkeypatch.setenv("TOKEN_PLAYGROUND_CACHE", str(tmp_path / "cache"))
-    other = engine.load_model(tiny_gguf.write(tmp_path / "tiny.gguf", tiny_gguf.random_weights(seed=1)), backend="numpy")
+    other = engine.load_model(
+        tiny_gguf.write(tmp_path / "tiny.gguf", tiny_gguf.random_weights(seed=1)), backend="numpy"
+    )
     session = Session(other, "Ünïcode the story model cannot read", max_new_tokens=3)
     session.run()
     with pytest.raises(ValueError, match=r"^recorded with tiny.* replayed with story model .* replay cannot start: "
@@ -410,6 +412,8 @@ def test_trace_fields_of_any_value_load_and_replay_or_raise_value_errors(story_m
 ])  # fmt: skip
 def test_a_lone_surrogate_is_a_value_error_for_a_gguf_tokenizer(tmp_path, monkeypatch, use):
     monkeypatch.setenv("TOKEN_PLAYGROUND_CACHE", str(tmp_path / "cache"))
-    model = engine.load_model(tiny_gguf.write(tmp_path / "tiny.gguf", tiny_gguf.random_weights(seed=1)), backend="numpy")
+    model = engine.load_model(
+        tiny_gguf.write(tmp_path / "tiny.gguf", tiny_gguf.random_weights(seed=1)), backend="numpy"
+    )
     with pytest.raises(ValueError, match="holds a lone surrogate"):  # was TypeError from the tokenizers library
         use(model)

@@ -203,6 +203,40 @@ def test_bad_input_is_a_clear_value_error(tmp_path, capfd):
     assert (out, err) == ("", "")
 
 
+def test_a_load_cancelled_from_its_progress_reports_raises_what_they_raised():
+    class Cancelled(Exception):
+        pass
+
+    def cancel(done, total):
+        raise Cancelled
+
+    with pytest.raises(Cancelled):
+        load_llamacpp(engine.smollm2_path(), threads=THREADS, context_length=64, progress=cancel)
+    seen = []
+    loaded = load_llamacpp(engine.smollm2_path(), threads=THREADS, context_length=64,
+                           progress=lambda done, total: seen.append((done, total)))  # fmt: skip
+    loaded.close()
+    assert seen[-1] == (1000, 1000) and seen == sorted(seen)
+
+
+def test_gguf_files_open_with_llama_cpp_by_default_and_numpy_on_request(monkeypatch):
+    found = engine.FoundModel.at(engine.smollm2_path())
+    assert found.architecture == "llama" and found.backends == ("llama.cpp", "numpy")
+    assert engine.FoundModel.at(gemma3_path()).backends == ("llama.cpp",)  # an architecture numpy does not read
+    default = engine.load_model("smollm2", threads=THREADS, context_length=64)
+    try:
+        assert default.describe()["backend"] == "llama.cpp" and default.threads == THREADS
+    finally:
+        default.close()
+    with pytest.raises(ValueError, match="threads and gpu_layers are settings of the llama.cpp backend"):
+        engine.load_model("smollm2", backend="numpy", threads=2)
+    import engine.backends.llamacpp as package
+
+    monkeypatch.setattr(package, "available", lambda: False)  # as without the extra installed
+    assert found.backends == ("numpy",)
+    assert "backend" not in engine.load_model("smollm2").describe()
+
+
 def test_a_closed_model_says_so(model):
     other = load_llamacpp(engine.smollm2_path(), context_length=64, threads=THREADS)
     session = engine.Session(other, "Hello", max_new_tokens=4)

@@ -52,7 +52,9 @@ def test_connects_and_detects_what_the_server_supports(server_model, llama_serve
     caps = server_model.protocol
     # its echo is shifted by a position that depends on the prompt (engine/backends/remote/model.py _find_scoring)
     assert caps == {"tokenize": "llama-cpp-python", "token_id_prompts": False, "scoring": "per position"}
-    assert server_model.tokenizer.encode(PROMPT) == engine.load_model("smollm2", backend="numpy").tokenizer.encode(PROMPT)
+    assert server_model.tokenizer.encode(PROMPT) == engine.load_model("smollm2", backend="numpy").tokenizer.encode(
+        PROMPT
+    )
 
 
 def test_stepping_shows_the_servers_top_20_and_nothing_it_did_not_say(server_model):

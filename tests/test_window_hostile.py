@@ -99,7 +99,7 @@ def test_a_damaged_gguf_cache_is_rebuilt_and_said(qtbot, window, tmp_path, monke
     data = bytearray(weights.read_bytes())
     data[-5] ^= 0x40  # one flipped bit in the last weight
     weights.write_bytes(bytes(data))
-    window.controller.open_model(str(path))
+    window.controller.open_model(str(path), backend="numpy")
     qtbot.waitUntil(lambda: "is loaded, but" in window.message_label.text(), timeout=WAIT)
     assert window.message_label.text().startswith("tiny is loaded, but the float32 cache")
     assert "rebuilding it from the GGUF file" in window.message_label.text()

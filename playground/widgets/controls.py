@@ -69,8 +69,11 @@ class Controls(QWidget):
         super().__init__(parent)
         self.model_picker = QComboBox(objectName="modelPicker")
         self.model_picker.setToolTip(
-            "The model to run: the built-in story model, SmolLM2 when installed, or a GGUF file"
+            "The model to run: the built-in story model, a GGUF file found on this computer (with the engine that "
+            "runs it), any GGUF file, or a server"
         )
+        self.model_settings = QPushButton("Settings...", objectName="modelSettingsButton")
+        self.model_settings.setToolTip("How the model's file is opened: engine, context size, CPU threads, GPU layers")
         self.chat_format = QCheckBox("Chat format", objectName="chatFormatBox")
         self.chat_format.setToolTip("Send the prompt as a user's turn, rendered with the model's own chat template")
         self.chat_format.setEnabled(False)
@@ -167,6 +170,7 @@ class Controls(QWidget):
         model_row = QHBoxLayout()
         model_row.addWidget(QLabel("Model"))
         model_row.addWidget(self.model_picker, 1)
+        model_row.addWidget(self.model_settings)
         prompt_row = QHBoxLayout()
         prompt_row.addWidget(QLabel("Prompt"))
         prompt_row.addStretch(1)
