@@ -185,13 +185,13 @@ def test_bad_input_is_a_clear_value_error(tmp_path, capfd):
         load_llamacpp(tmp_path / "missing.gguf")
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(path.read_bytes()[: 3 << 20])
-    with pytest.raises(ValueError, match="llama.cpp cannot load"):
-        load_llamacpp(cut)
+    with pytest.raises(ValueError, match=r"llama.cpp cannot load.*\(llama.cpp: .*not within the file bounds"):
+        load_llamacpp(cut)  # llama.cpp's own first error line says why
     data = bytearray(path.read_bytes())
     at = data.index(b"llama", 0, 1 << 16)  # general.architecture's value
     data[at : at + 5] = b"zzzzz"
     (tmp_path / "unknown.gguf").write_bytes(bytes(data))
-    with pytest.raises(ValueError, match="architecture 'zzzzz'"):
+    with pytest.raises(ValueError, match="architecture 'zzzzz'.*unknown model architecture"):
         load_llamacpp(tmp_path / "unknown.gguf")
     for threads in (0, -2, 1.5):
         with pytest.raises(ValueError, match=f"threads.*{threads}"):

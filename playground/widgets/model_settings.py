@@ -21,15 +21,22 @@ class ModelSettingsDialog(QDialog):
         """found: the engine.FoundModel to open; options: the remembered load options to start from."""
         super().__init__(parent, objectName="modelSettingsDialog")
         self.setWindowTitle(f"Open {found.name}")
+        self.setMinimumWidth(460)
         self.engine = QComboBox(objectName="engineChoice")
         for backend in found.backends:
             self.engine.addItem(BACKEND_LABELS[backend], backend)
         self.engine.setToolTip("llama.cpp runs every architecture it knows, on the quantized weights; the numpy "
                                "engine reads llama and qwen2 files in float32, every step in plain numpy")  # fmt: skip
-        self.context = _spin("contextSize", 0, MAX_CONTEXT, "the file's own, up to 8,192",
+        self.context = _spin("contextSize", 0, MAX_CONTEXT, "the file's own (llama.cpp: at most 8,192)",
                              "positions the model can see (the prompt and what it writes)")  # fmt: skip
         self.threads = _spin("cpuThreads", 0, 512, "physical cores", "CPU threads llama.cpp computes with")
-        self.gpu_layers = _spin("gpuLayers", -1, 9999, "all", "layers llama.cpp offloads to a GPU (0: none)")
+        self.gpu_layers = _spin(
+            "gpuLayers",
+            -1,
+            9999,
+            "all",
+            "layers llama.cpp offloads to a GPU (0: none; a CPU-only llama.cpp runs them all on the CPU)",
+        )
 
         index = self.engine.findData(options.get("backend"))
         self.engine.setCurrentIndex(max(index, 0))

@@ -1,5 +1,5 @@
 """llama_cpp, imported once: the backend initialised and llama.cpp's own log written to a file, never to the
-user's terminal (the last error lines are kept to explain a failed load)."""
+user's terminal (its error lines are kept to explain a failure)."""
 
 import atexit
 import collections
@@ -14,7 +14,9 @@ MAX_LOG_BYTES = 4 << 20  # a log over this is started afresh by the next process
 
 _lock = threading.Lock()
 _state: dict = {}
-recent_errors: collections.deque = collections.deque(maxlen=8)  # llama.cpp's last warning and error lines
+errors: collections.deque = collections.deque(maxlen=8)  # llama.cpp's error lines since the caller cleared it
+# ggml_log_level (ggml.h; llama-cpp-python's own comment on it is out of date)
+DEBUG, ERROR, CONTINUED = 1, 4, 5
 
 
 def available() -> bool:
@@ -45,17 +47,17 @@ def llama():
 
 
 def _log(level: int, text: bytes, user_data) -> None:
-    """llama.cpp's log callback (levels: 1 info, 2 warn, 3 error, 4 debug, 5 continues the last line):
-    append to the log file, debug lines left out; never raise into C."""
+    """llama.cpp's log callback: append to the log file, debug lines left out, error lines also kept in
+    `errors` (to explain a failure); never raise into C."""
     try:
-        if level == 5:
-            level = _state.get("level", 1)
+        if level == CONTINUED:
+            level = _state.get("level", 0)
         _state["level"] = level
-        if level == 4:
+        if level == DEBUG:
             return
         message = text.decode("utf-8", errors="replace")
-        if level in (2, 3) and message.strip():
-            recent_errors.append(message.strip())
+        if level == ERROR and message.strip():
+            errors.append(message.strip())
         handle = _state.get("file")
         if handle is None:  # opened once, at the first line: a context's creation logs hundreds of lines
             path = log_path()

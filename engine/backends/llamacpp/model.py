@@ -52,10 +52,11 @@ class LlamaCppCache:
         params.n_seq_max = 1
         params.n_threads = params.n_threads_batch = model.threads
         params.no_perf = True
+        library.errors.clear()
         ctx = llama.llama_init_from_model(model.handle, params)
         if not ctx:
             raise ValueError(f"llama.cpp could not create a context of {model.context_length} positions"
-                             f"{_last_error()}")  # fmt: skip
+                             f"{_llama_error()}")  # fmt: skip
         self.ctx = ctx
         self.batch_size = params.n_batch
         self.batch = llama.llama_batch_init(self.batch_size, 0, 1)
@@ -91,8 +92,9 @@ def _report(progress, done: float, raised: list) -> bool:
     return True
 
 
-def _last_error() -> str:
-    return f" (llama.cpp: {library.recent_errors[-1]})" if library.recent_errors else ""
+def _llama_error() -> str:
+    """llama.cpp's first error line since library.errors was cleared: the cause (later lines follow from it)."""
+    return f" (llama.cpp: {library.errors[0]})" if library.errors else ""
 
 
 class LlamaCppModel(LocalBackend):
@@ -119,7 +121,7 @@ class LlamaCppModel(LocalBackend):
         if progress is not None:
             callback = llama.llama_progress_callback(lambda done, _data: _report(progress, done, raised))
             params.progress_callback = callback  # `callback` stays referenced until the load returns
-        library.recent_errors.clear()
+        library.errors.clear()
         handle = llama.llama_model_load_from_file(str(path).encode(), params)
         if raised:  # the progress callback raised: that is why the load stopped (a freed model, if any)
             if handle:
@@ -128,7 +130,7 @@ class LlamaCppModel(LocalBackend):
         if not handle:
             architecture = gguf_architecture(path)
             raise ValueError(f"{path}: llama.cpp cannot load this file (architecture {architecture!r})"
-                             f"{_last_error()}")  # fmt: skip
+                             f"{_llama_error()}")  # fmt: skip
         self.handle = handle
         self._caches: weakref.WeakSet = weakref.WeakSet()
         self._free = weakref.finalize(self, llama.llama_model_free, handle)
@@ -186,11 +188,12 @@ class LlamaCppModel(LocalBackend):
                 batch.seq_id[i][0] = 0
                 batch.logits[i] = wanted[i]
             batch.n_tokens = n
+            library.errors.clear()
             status = llama.llama_decode(cache.ctx, batch)
             if status != 0:
                 llama.llama_memory_seq_rm(cache.memory, 0, start, -1)
                 raise ValueError(f"llama.cpp could not decode {n} tokens at position {start + chunk} "
-                                 f"(status {status}){_last_error()}")  # fmt: skip
+                                 f"(status {status}){_llama_error()}")  # fmt: skip
             cache.length = start + chunk + n
             outputs = sum(wanted)
             if outputs:
