@@ -2,8 +2,9 @@
 
 Byte-level tokenizers (SmolLM2's, GPT-2's) split a character such as "🍕" (f0 9f 8d 95) over tokens that
 each decode to "�". The window shows the character once its last byte has arrived, on the token that holds
-its first byte; until then each of those tokens shows its own bytes, as in ‹f0 9f›. The ids and the
-engine's text never change: this is display only (no Qt here)."""
+its first byte; until then each of those tokens shows its own bytes, as in ‹f0 9f›. A chart bar or the
+hover shows a candidate's bytes that make no character there (a lone middle byte) as hex too. The ids and
+the engine's text never change: this is display only (no Qt here)."""
 
 REPLACEMENT = "\ufffd"
 
@@ -70,14 +71,41 @@ def incomplete_tail(data: bytes) -> bytes:
 
 
 def candidate_label(pending: bytes, data: bytes, token: str) -> str:
-    """A chart bar's text: the character this token would complete after the pending bytes, else the
-    token's own text (its bytes as hex where they are part of a character)."""
+    """A chart bar's (or the hover's) text: the character this token would complete after the pending bytes,
+    else the token's own text with its bytes as hex where they are part of a character."""
     if REPLACEMENT not in token and not pending:
         return token
-    if pending:
-        pieces, open_at = split_chars([pending, data])
-        if open_at == 0:  # still bytes of the same character
-            return pending_label(pending + data)
-        if open_at is None and REPLACEMENT not in pieces[0]:
-            return pieces[0] + pieces[1]  # completes the character (and maybe more)
-    return "".join(split_chars([data])[0])
+    completed = _completion(pending, data) if pending else None
+    return completed if completed is not None else readable(data)
+
+
+def _completion(pending: bytes, data: bytes) -> str | None:
+    """What `data` shows after the first bytes of a character (`pending`): still bytes (hex), or the whole
+    character then the rest; None if it does not go on with that character."""
+    missing = char_length(pending[0]) - len(pending)
+    head = data[:missing]
+    if missing <= 0 or not all(is_continuation(b) for b in head):
+        return None
+    if len(head) < missing:
+        return pending_label(pending + data)  # still bytes of the same character
+    try:
+        character = (pending + head).decode("utf-8")
+    except UnicodeDecodeError:  # continuation bytes that make no character (an overlong or surrogate form)
+        return None
+    return character + readable(data[len(head) :])
+
+
+def readable(data: bytes) -> str:
+    """Bytes as text, with each run of bytes that make no whole character here (a character's start,
+    middle or end) as hex: a candidate that is a split character's middle byte then reads ‹8f›, not �."""
+    text = ""
+    while data:
+        try:
+            return text + data.decode("utf-8")
+        except UnicodeDecodeError as error:
+            stop = error.end
+            while stop < len(data) and is_continuation(data[stop]):
+                stop += 1  # one label for the run, not one per byte
+            text += data[: error.start].decode("utf-8") + pending_label(data[error.start : stop])
+            data = data[stop:]
+    return text

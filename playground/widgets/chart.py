@@ -5,6 +5,8 @@ softmax). Where a stage puts all probability on one token (greedy decoding), the
 softmax instead, with that token marked, and a note says so. The bar item and the labels are created once
 and updated in place; repaints are throttled to at most 60 per second however fast steps arrive."""
 
+import re
+
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFont, QPalette
@@ -17,6 +19,7 @@ LABEL_SPACE = -0.42  # the x range left of 0 that holds the token labels
 RIGHT_EDGE = 1.2  # room right of a full bar for its value ("1.000") in a narrow chart
 LIVE_FPS = 15  # while tokens stream: a person cannot read faster, and painting competes for the GIL
 EMPTY_HINT = "Press Step (Ctrl+→): the next token's\ncandidates appear here as bars.\nClick a bar to force that token."
+BYTES_LABEL = re.compile(r"(‹[0-9a-f ]+›)")  # playground/token_text.py's pending_label
 ONE_TOKEN_NOTE = ("This stage puts all probability on one token (greedy at temperature 0): the bars show the "
                   "model's raw softmax, the token taken in orange.")  # fmt: skip
 
@@ -41,7 +44,11 @@ def stage_text(key: str, names) -> str:
 
 
 def bar_label(token: str) -> str:
-    return token.replace("\n", "↵").replace(" ", "·") or "∅"
+    """Whitespace made visible, but not inside a byte label (‹f0 9f›: its spaces only separate bytes)."""
+    parts = BYTES_LABEL.split(token)  # the byte labels are the odd parts
+    for index in range(0, len(parts), 2):
+        parts[index] = parts[index].replace("\n", "↵").replace(" ", "·")
+    return "".join(parts) or "∅"
 
 
 class DistributionChart(QWidget):

