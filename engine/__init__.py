@@ -5,8 +5,9 @@ from engine.core.checks import UnknownCharacterError
 from engine.core.contract import Backend, Capabilities, Context
 from engine.core.replay import ReplayReport, replay, replay_session
 from engine.core.rules import CommandTool, Rule
-from engine.core.sampling import MAX_SEED, MAX_TEMPERATURE, STAGE_NAMES, Settings, next_token_probs
+from engine.core.sampling import STAGE_NAMES, next_token_probs
 from engine.core.session import GenerationResult, Session, generate
+from engine.core.settings import LLAMA_CPP_ORDER, MAX_SEED, MAX_TEMPERATURE, SAMPLERS, Settings
 from engine.core.steps import TOP_CANDIDATES, Candidates, Step
 from engine.core.trace import load_trace, save_trace, validate_trace
 from engine.discovery import FoundModel, find_models
@@ -15,7 +16,7 @@ from engine.story.checkpoint import resources_dir
 from engine.story.model import Config, StoryModel
 
 __all__ = [
-    "MAX_SEED", "MAX_TEMPERATURE", "STAGE_NAMES", "TOP_CANDIDATES", "Backend", "Candidates", "Capabilities",
+    "LLAMA_CPP_ORDER", "MAX_SEED", "MAX_TEMPERATURE", "SAMPLERS", "STAGE_NAMES", "TOP_CANDIDATES", "Backend", "Candidates", "Capabilities",
     "Context", "CommandTool", "Config", "FoundModel", "GenerationResult", "ReplayReport", "Rule", "Session",
     "Settings", "Step", "StoryModel", "UnknownCharacterError", "generate", "load_model", "load_trace",
     "next_token_probs", "find_models", "replay", "replay_session", "resources_dir", "save_trace",

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from engine import generate, load_model
-from engine.core.sampling import MAX_SEED
+from engine.core.settings import MAX_SEED
 
 
 def _optional(kind):
@@ -52,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="keep the smallest set of likely tokens whose probabilities sum to p (default: off)")  # fmt: skip
     gen.add_argument("--min-p", type=_optional(float), default=None,
                      help="keep tokens at least min-p times as likely as the top one (default: off)")  # fmt: skip
+    _add_sampler_arguments(gen)
     gen.add_argument("--seed", type=int, default=0, help=f"random seed, 0 to {MAX_SEED} (default 0)")
     gen.add_argument("--max-new-tokens", type=int, default=60, help="stop after this many new tokens (default 60)")
     output = gen.add_mutually_exclusive_group()
@@ -96,7 +97,7 @@ def _generate(args) -> int:
         prompt = model.chat_prompt(prompt)
     result = generate(
         model, prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-        top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, seed=args.seed,
+        top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, seed=args.seed, **_sampler_settings(args),
     )  # fmt: skip
     if args.json:
         print(json.dumps(result.to_dict(), indent=1, ensure_ascii=False))
@@ -106,6 +107,67 @@ def _generate(args) -> int:
             print(probability_table(result.steps))
     print(f"[stopped: {result.stopped}]", file=sys.stderr)
     return 0
+
+
+# llama.cpp's --samplers names for our stages, besides our own names
+SAMPLER_ALIASES = {"typ_p": "typical_p", "typical": "typical_p", "temp": "temperature", "top_nsigma": "top_n_sigma"}
+# CLI flag (llama.cpp's name) -> Settings field, for the stages beyond the contract's
+SAMPLER_FLAGS = {
+    "--repeat-penalty": ("repeat_penalty", float, "divide (> 0) or multiply (<= 0) repeated tokens' scores (1 = off)"),
+    "--repeat-last-n": ("repeat_last_n", int, "how far back the penalties look (64; 0 off, -1 the whole text)"),
+    "--presence-penalty": ("presence_penalty", float, "subtract once from each repeated token's score (0 = off)"),
+    "--frequency-penalty": ("frequency_penalty", float, "subtract per repetition (0 = off)"),
+    "--dry-multiplier": ("dry_multiplier", float, "DRY's strength (0 = off)"),
+    "--dry-base": ("dry_base", float, "DRY's base (1.75)"),
+    "--dry-allowed-length": ("dry_allowed_length", int, "repeats this long go unpenalised (2)"),
+    "--dry-penalty-last-n": ("dry_last_n", int, "how far back DRY looks (-1 the whole text; 0 off)"),
+    "--xtc-probability": ("xtc_probability", float, "XTC's chance to act at a step (0 = off)"),
+    "--xtc-threshold": ("xtc_threshold", float, "XTC removes tokens above this but the least likely (0.1)"),
+    "--typical": ("typical_p", _optional(float), "locally typical sampling's p (default: off)"),
+    "--top-nsigma": ("top_n_sigma", _optional(float), "keep scores within n standard deviations (default: off)"),
+}
+
+
+def _add_sampler_arguments(parser) -> None:
+    for flag, (name, kind, text) in SAMPLER_FLAGS.items():
+        parser.add_argument(flag, dest=name, type=kind, default=argparse.SUPPRESS, help=text)
+    parser.add_argument("--dry-sequence-breaker", dest="dry_sequence_breakers", action="append",
+                        default=argparse.SUPPRESS, help="a DRY sequence breaker (repeat the flag; default: "
+                        "newline, colon, double quote, asterisk)")  # fmt: skip
+    parser.add_argument("--logit-bias", dest="logit_bias", action="append", default=argparse.SUPPRESS,
+                        metavar="ID(+|-)BIAS", help="add a score to a token, as llama.cpp writes it: 15043+1.5, "
+                        "15043-inf bans it (repeat the flag)")  # fmt: skip
+    parser.add_argument("--samplers", default=argparse.SUPPRESS, metavar="NAMES",
+                        help="the stages' order, separated by ';' (llama.cpp's names work too), e.g. "
+                        "'penalties;top_k;min_p;temperature'; default: logit_bias;penalties;dry;temperature;top_k;"
+                        "top_p;min_p;top_n_sigma;typical_p;xtc")  # fmt: skip
+
+
+def _sampler_settings(args) -> dict:
+    """The Settings fields the sampler flags give (only those given: the others keep their defaults)."""
+    given = {name: getattr(args, name) for name, *_ in SAMPLER_FLAGS.values() if hasattr(args, name)}
+    if hasattr(args, "dry_sequence_breakers"):
+        given["dry_sequence_breakers"] = args.dry_sequence_breakers
+    if hasattr(args, "logit_bias"):
+        given["logit_bias"] = [_logit_bias(text) for text in args.logit_bias]
+    if hasattr(args, "samplers"):
+        names = [name.strip() for name in args.samplers.split(";") if name.strip()]
+        given["samplers"] = [SAMPLER_ALIASES.get(name, name) for name in names]
+        if "logit_bias" in given and "logit_bias" not in given["samplers"]:
+            given["samplers"].insert(0, "logit_bias")  # as llama.cpp, which applies a bias before its --samplers
+    return given
+
+
+def _logit_bias(text: str) -> tuple[int, float]:
+    """'15043+1.5' or '15043-inf' -> (15043, 1.5) / (15043, -inf); ValueError naming the text otherwise."""
+    for index, char in enumerate(text):
+        if char in "+-" and index > 0:
+            try:
+                return int(text[:index]), float(text[index:])
+            except ValueError:
+                break
+    raise ValueError(f"--logit-bias must be a token id then a signed number, such as 15043+1.5 or 15043-inf, "
+                     f"got {text!r}")  # fmt: skip
 
 
 def probability_table(steps) -> str:

@@ -22,7 +22,8 @@ import numpy as np
 from engine.backends.local import LocalBackend
 from engine.core.checks import UnknownCharacterError
 from engine.core.contract import Capabilities
-from engine.core.sampling import Settings, softmax
+from engine.core.sampling import softmax
+from engine.core.settings import Settings
 from engine.core.steps import StepMaker
 
 END = 7  # the end token: its text is ""

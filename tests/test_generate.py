@@ -26,8 +26,9 @@ def test_result_shape_and_json(story_model):
     assert result.stopped == "end of story"
     assert result.seed == 3 and result.settings.top_k == 5
     data = json.loads(json.dumps(result.to_dict()))
-    assert data["settings"] == {"max_new_tokens": 60, "temperature": 0.8, "top_k": 5, "top_p": 0.95,
-                                "min_p": 0.01, "seed": 3}  # fmt: skip
+    assert data["settings"] == {**engine.Settings().to_dict(), "max_new_tokens": 60, "temperature": 0.8,
+                                "top_k": 5, "top_p": 0.95, "min_p": 0.01, "seed": 3}  # fmt: skip
+    assert data["settings"]["samplers"] == list(engine.SAMPLERS)  # the whole chain, in its order
     assert data["steps"][0].keys() >= {"token", "token_id", "probability"}
     assert data["text"] == result.text and data["stopped"] == "end of story"
 

@@ -8,7 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from engine.core.sampling import Settings, draw, next_token_probs
+from engine.core.sampling import draw, next_token_probs
+from engine.core.settings import Settings
 
 F = np.float32
 

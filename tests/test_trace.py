@@ -50,7 +50,7 @@ def test_trace_records_everything(story_model):
     tool = CountingTool(" park")
     session = steered_session(story_model, tool)
     trace = session.trace()
-    assert trace["schema"] == "token-playground/trace/2"
+    assert trace["schema"] == "token-playground/trace/3"
     assert trace["model"] == {"name": "story model", "weights_sha256": story_model.weights_sha256}
     assert trace["prompt"] == FIRST and trace["settings"]["seed"] == 13 and trace["settings"]["top_k"] == 8
     assert trace["rules"][0] == {"when": " at the", "regex": False, "action": "tool", "tool": "counting tool"}
@@ -177,7 +177,7 @@ def test_set_rules_refuses_bad_rules_and_changes_nothing(story_model):
 
 
 @pytest.mark.parametrize("change, message", [
-    (lambda t: t.update(schema="other"), "trace field 'schema' must be 'token-playground/trace/2'"),
+    (lambda t: t.update(schema="other"), "trace field 'schema' must be 'token-playground/trace/3'"),
     (lambda t: t.pop("prompt"), "trace field 'prompt' must be a str"),
     (lambda t: t["steps"][2].update(token_id="x"), r"trace field 'steps\[2\]': step field 'token_id' must be an int >= -1"),
     (lambda t: t["steps"][1].pop("source"), r"trace field 'steps\[1\]': step field 'source' is missing"),
@@ -248,3 +248,17 @@ def test_a_version_1_trace_opens_and_replays_bit_for_bit(story_model, tmp_path):
     assert report.identical, report.summary()
     loaded["steps"][3]["candidates"]["final"][0] = 0.123456  # and a difference is still found, in that form
     assert engine.replay(loaded, story_model).first_difference["field"] == "candidates.final[0]"
+
+
+def test_a_version_2_trace_recorded_before_the_sampler_stages_replays_bit_for_bit(story_model):
+    """tests/fixtures/story-trace-v2.json was written by the engine of trace schema 2 (before the chain grew
+    penalties, DRY, XTC, ...): steps, an insert, a forced token, a settings change, a rewind, greedy after it.
+    It opens and replays identically (the contract's chain is unchanged bit for bit), compared in its form."""
+    path = Path(__file__).parent / "fixtures" / "story-trace-v2.json"
+    trace = engine.load_trace(path)
+    assert trace["schema"] == "token-playground/trace/2" and "samplers" not in trace["settings"]
+    assert "removed_by" not in trace["steps"][0]["candidates"] and "stage_ranks" not in trace["steps"][0]
+    report = engine.replay(trace, story_model)
+    assert report.identical, report.summary()
+    trace["steps"][5]["candidates"]["stages"]["top_p"][1] += 1e-7  # a difference is still found
+    assert engine.replay(trace, story_model).first_difference["field"] == "candidates.stages.top_p[1]"

@@ -8,8 +8,10 @@ text is fed only when the next position's scores are needed.
 
 import numpy as np
 
+from engine.core import penalties
 from engine.core.contract import Capabilities
-from engine.core.sampling import Settings, draw
+from engine.core.sampling import ChainInput
+from engine.core.settings import Settings
 from engine.core.steps import Candidates, Step, StepMaker
 
 
@@ -20,22 +22,24 @@ class LocalContext:
         self._rows: dict[int, np.ndarray] = {}  # position -> the scores a token at that position was chosen from
         self._texts: dict[int, str] = {}  # token id -> text, decoded once (shared by every StepMaker)
         self._maker = StepMaker(model.tokenizer, Settings(), self._texts)
+        self._dry: dict[tuple[str, ...], object] = {}  # DRY's breakers per set of breaker strings
 
     # --- the contract ------------------------------------------------------------------------------------
     def candidates(self, ids, text, settings) -> Candidates:
         maker = self._maker_for(settings)
-        return maker.candidates(maker.distributions(self._scores(ids)))
+        return maker.candidates(maker.distributions(self._scores(ids), self._given(ids, settings)))
 
     def sample(self, ids, text, settings, random, stream=False, remaining=0) -> tuple[Step, bool]:
         maker = self._maker_for(settings)
         scores = self._scores(ids)
-        dists = maker.distributions(scores)
+        xtc_draw = random() if settings.active("xtc") else None  # XTC's chance, before the token's own draw
+        dists = maker.distributions(scores, self._given(ids, settings, xtc_draw))
         if settings.temperature == 0:
-            token_id, u = int(dists.top[0]), None  # the best candidate: highest score, lowest id
+            token_id, u = dists.final.best(), None  # the best left: highest score, lowest id
         else:
             u = random()
-            token_id = draw(dists.final, u)
-        return maker.make(scores, token_id, "model", dists, u), False
+            token_id = dists.final.draw(u)
+        return maker.make(scores, token_id, "model", dists, u, xtc_draw=xtc_draw), False
 
     def force(self, ids, text, token_ids, source, settings, options=None) -> list[Step]:
         """One batched forward over the new positions: the last new token is not fed yet."""
@@ -46,9 +50,10 @@ class LocalContext:
             if len(token_ids) > 1:
                 rows += list(self._forward(list(ids[fed:]) + list(token_ids[:-1])))
             steps = [
-                maker.make(row, token_id, source, options=options if i == 0 else None)
+                maker.make(row, token_id, source, maker.distributions(row, self._given([*ids, *token_ids[:i]], settings)),
+                           options=options if i == 0 else None)
                 for i, (token_id, row) in enumerate(zip(token_ids, rows))
-            ]
+            ]  # fmt: skip
         except BaseException:
             self.cache.truncate(fed)  # nothing of these tokens stays: the session does not take them
             raise
@@ -58,17 +63,18 @@ class LocalContext:
 
     def option_probabilities(self, ids, text, encoded, settings) -> list[tuple[float, float]]:
         maker = self._maker_for(settings)
-        first = maker.distributions(self._scores(ids))  # every option's first token: computed once
+        first = maker.distributions(self._scores(ids), self._given(ids, settings))  # every option's first token
         start = self.cache.length
         results = []
         for token_ids in encoded:
             later = []
             if len(token_ids) > 1:
-                later = [maker.distributions(row) for row in self._forward(list(token_ids[:-1]))]
+                later = [maker.distributions(row, self._given([*ids, *token_ids[: i + 1]], settings))
+                         for i, row in enumerate(self._forward(list(token_ids[:-1])))]  # fmt: skip
                 self.cache.truncate(start)
             p_settings = p_raw = 1.0
             for token_id, dists in zip(token_ids, [first, *later]):
-                p_settings *= float(dists.final[token_id])
+                p_settings *= float(dists.final.probs_at([token_id])[0])
                 p_raw *= float(dists.raw[token_id])
             results.append((p_settings, p_raw))
         return results
@@ -82,6 +88,30 @@ class LocalContext:
         return steps  # nothing streams here
 
     # --- internals ---------------------------------------------------------------------------------------
+    def _given(self, ids, settings: Settings, xtc_draw: float | None = None) -> ChainInput:
+        """What the chain's stages look at besides the scores: the text's ids, XTC's draw, DRY's breakers."""
+        breakers = None
+        if settings.active("dry"):
+            breakers = self._dry.get(settings.dry_sequence_breakers)
+            if breakers is None:  # prepared once per model and set of breakers: it reads the whole vocabulary
+                breakers = self._dry[settings.dry_sequence_breakers] = self._dry_breakers(
+                    settings.dry_sequence_breakers
+                )
+        return ChainInput(np.asarray(ids, dtype=np.int64), xtc_draw, breakers)
+
+    def _dry_breakers(self, strings) -> penalties.DryBreakers:
+        """DRY's breakers for this vocabulary, from each token's own bytes (as llama.cpp detokenizes them)."""
+        tokenizer = self.model.tokenizer
+
+        def tokenize(data: bytes):
+            try:
+                return tokenizer.encode_fragment(data)
+            except ValueError:  # this vocabulary cannot spell the rest of the breaker: no text holds it
+                return (-1,)  # an id no text has, so this restart never matches
+
+        texts = [tokenizer.token_bytes(i) for i in range(self.model.vocab_size)]
+        return penalties.dry_breakers(texts, strings, tokenize)
+
     def _maker_for(self, settings: Settings) -> StepMaker:
         if self._maker.settings is not settings and self._maker.settings != settings:
             self._maker = StepMaker(self.model.tokenizer, settings, self._texts)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from engine.core.sampling import Settings
+from engine.core.settings import Settings
 from engine.core.steps import Candidates, Step
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from engine.core.session import Session
 from engine.core.steps import Step
-from engine.core.trace import SCHEMA_V1, validate_trace
+from engine.core.trace import SCHEMA_V1, SCHEMA_V2, validate_trace
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ def replay_session(trace: dict, model):
             stopped = f"replay stopped at action {index} ({action['kind']}): {error}"
             notes.append(stopped)
             break
-    as_recorded = Step.to_v1_dict if trace["schema"] == SCHEMA_V1 else Step.to_dict
+    as_recorded = {SCHEMA_V1: Step.to_v1_dict, SCHEMA_V2: Step.to_v2_dict}.get(trace["schema"], Step.to_dict)
     report = _compare(trace["steps"], [as_recorded(step) for step in session.steps], notes)
     if stopped and report.identical:  # the steps agree, but the trace holds an action this model refuses
         report = ReplayReport(False, report.steps, None, tuple(notes))

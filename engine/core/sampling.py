@@ -1,70 +1,38 @@
 """From one row of scores to the probabilities a token is drawn from, and the draw itself.
 
-The chain, in this order (as in llama.cpp's sampler chain, each stage renormalises what it keeps):
+The chain is a sequence of stages in the order `Settings.samplers` gives (engine/core/settings.py). Between
+stages it carries a `Row`: the scores as the stages so far changed them (-inf: removed) and the
+probabilities (softmax of those scores, 0 where removed). Each stage is llama.cpp's (src/llama-sampling.cpp)
+and matches it within float32 rounding (tests/test_*_exact.py), with ties to the lower token id:
 
-    1. temperature  T = 0: all probability on the highest score (ties: the lowest token id);
-                    T > 0: softmax(scores / T); T = 1 is exactly the plain softmax
-    2. top-k        keep exactly k tokens: the highest scores, ties to the lower token id
-    3. top-p        keep the smallest set of most likely tokens whose probabilities sum to >= p (>= 1 token)
-    4. min-p        keep the tokens whose probability is >= min_p * the top probability
+    logit_bias   add a score per token (-inf bans it)
+    penalties    repetition / presence / frequency over the last repeat_last_n tokens of the text
+    dry          DRY: penalise tokens that would continue a repeat longer than dry_allowed_length
+    temperature  T = 0: all probability on the highest score (ties: the lowest token id);
+                 T > 0: softmax(scores / T); T = 1 is exactly the plain softmax
+    top_k        keep exactly k tokens: the highest scores, ties to the lower token id
+    top_p        keep the smallest set of most likely tokens whose probabilities sum to >= p (>= 1 token)
+    min_p        keep the tokens whose probability is >= min_p * the top probability
+    top_n_sigma  keep the scores within n standard deviations of the best
+    typical_p    locally typical sampling
+    xtc          with probability xtc_probability (one draw from the session's random stream, taken before
+                 the token's own draw at every sampled step while XTC is on): remove every token above
+                 xtc_threshold but the least likely of them
 
-Neutral settings are no-ops: top_k None, top_p None or 1, min_p None or 0. Every stage keeps a prefix of
-the tokens ranked by score (ties to the lower id), so the filters work on that ranking (`top_ids`).
-
-The chain is data: `chain(settings)` is a tuple of named `Stage`s, and `run_chain` gives the probabilities
+The contract's four (temperature, top-k, top-p, min-p) always run, in the order given, and are no-ops at
+neutral settings (top_k None, top_p None or 1, min_p None or 0), so every step records them; the others run
+only where their settings are on. With the default settings the chain is the generation contract's, bit for
+bit (recorded traces replay). `chain(settings)` is a tuple of named `Stage`s; `run_chain` gives the `Row`
 after each, by name (engine/core/steps.py's `Distributions`).
 """
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.core.checks import MAX_INT, checked_float, checked_int
-
-MIN_TEMPERATURE = 0.01  # the floor guards against overflow in scores / T
-MAX_TEMPERATURE = 100.0  # softmax(scores / 100) is already flat for any real model; the cap keeps it finite
-MAX_SEED = MAX_INT
-
-
-@dataclass(frozen=True)
-class Settings:
-    """What shapes generation; validated when made (top_k's upper bound by `check_vocab`). Every field is
-    stored as a plain int, float or None, whatever numeric type it came as."""
-
-    max_new_tokens: int = 60  # tokens to generate at most
-    temperature: float = 0.0  # 0 = greedy
-    top_k: int | None = None  # None = off
-    top_p: float | None = None  # None = off
-    min_p: float | None = None  # None = off
-    seed: int = 0  # for random.Random: one draw per sampled token; 0 to MAX_SEED
-
-    def __post_init__(self):
-        t_allowed = f"0 or a finite number from {MIN_TEMPERATURE} to {MAX_TEMPERATURE:g}"
-        checked = {
-            "temperature": checked_float("temperature", self.temperature,
-                                         lambda t: t == 0 or MIN_TEMPERATURE <= t <= MAX_TEMPERATURE, t_allowed),
-            "top_k": None if self.top_k is None else checked_int(
-                "top_k", self.top_k, 1, MAX_INT, "an int from 1 to the vocabulary size, or None"),
-            "top_p": None if self.top_p is None else checked_float(
-                "top_p", self.top_p, lambda p: 0 < p <= 1, "a number in (0, 1], or None"),
-            "min_p": None if self.min_p is None else checked_float(
-                "min_p", self.min_p, lambda m: 0 <= m <= 1, "a number in [0, 1], or None"),
-            "max_new_tokens": checked_int("max_new_tokens", self.max_new_tokens, 1, MAX_INT,
-                                          f"a positive int (at most {MAX_INT})"),
-            "seed": checked_int("seed", self.seed, 0, MAX_SEED, f"an int from 0 to {MAX_SEED}"),
-        }  # fmt: skip
-        for name, value in checked.items():
-            object.__setattr__(self, name, value)
-
-    def check_vocab(self, vocab_size: int | None) -> "Settings":
-        """Check top_k against the vocabulary (None: a remote model whose vocabulary size is not known)."""
-        if self.top_k is not None and vocab_size is not None and self.top_k > vocab_size:
-            raise ValueError(f"top_k must be an int from 1 to {vocab_size} (the vocabulary size), got {self.top_k}")
-        return self
-
-    def to_dict(self) -> dict:
-        return asdict(self)  # plain ints, floats and None already
+from engine.core import filters, penalties
+from engine.core.settings import Settings
 
 
 def softmax(scores):  # [V] -> [V], float32 in, float32 out
@@ -90,31 +58,9 @@ def model_rank(scores, token_id: int) -> int:
     return int(np.count_nonzero(scores > score) + np.count_nonzero(scores[:token_id] == score)) + 1
 
 
-def apply_temperature(scores, temperature: float):  # [V] -> [V]
-    if temperature == 0:
-        probs = np.zeros_like(scores)
-        probs[np.argmax(scores)] = 1.0  # argmax returns the first, i.e. lowest, id among ties
-        return probs
-    return softmax(scores / temperature)
-
-
-def keep(probs, kept_ids):  # zero every token not in kept_ids, renormalise
-    out = np.zeros_like(probs)
-    out[kept_ids] = probs[kept_ids]
-    return out / out.sum()
-
-
-def apply_top_k(probs, scores, k: int | None):
-    if k is None or k >= len(probs):
-        return probs
-    return keep(probs, top_ids(scores, k))
-
-
-def apply_top_p(probs, scores, p: float | None):
+def top_p_positions(probs, scores, p: float):
     """The smallest prefix of the ranking whose probabilities sum to >= p. The prefix is found in growing
     slices of the ranking, so a small nucleus never sorts the whole vocabulary."""
-    if p is None or p >= 1:
-        return probs
     n = 64
     while True:
         ids = top_ids(scores, n)
@@ -123,49 +69,161 @@ def apply_top_p(probs, scores, p: float | None):
             break
         n *= 8
     count = int(np.searchsorted(cumulative, p, side="left")) + 1  # first prefix with sum >= p
-    return keep(probs, ids[: min(count, len(ids))])
+    return ids[: min(count, len(ids))]
 
 
-def apply_min_p(probs, min_p: float | None):
-    if not min_p:
-        return probs
-    return keep(probs, np.flatnonzero(probs >= min_p * probs.max()))
+@dataclass(frozen=True)
+class Row:
+    """The chain's state between two stages: the tokens still in, their scores as the stages so far changed
+    them, and the probabilities a draw after this stage would use. Until a stage removes tokens the row is
+    the whole vocabulary (ids None: position = token id); after that only the tokens kept (ids ascending), so
+    the later stages cost what is left, not the vocabulary (llama.cpp's candidates array shrinks the same way).
+    A score of -inf is a token removed without shrinking (a logit bias ban)."""
+
+    logits: np.ndarray  # [n] float32
+    probs: np.ndarray  # [n] float32, softmax of logits
+    vocab: int  # V
+    ids: np.ndarray | None = None  # [n] token ids ascending; None: every token (n = V)
+
+    def token_ids(self) -> np.ndarray:  # [n]
+        return np.arange(self.vocab) if self.ids is None else self.ids
+
+    def positions(self, token_ids) -> tuple[np.ndarray, np.ndarray]:  # [m] ids -> ([m] positions, [m] in row)
+        token_ids = np.asarray(token_ids)
+        if self.ids is None:
+            return token_ids, np.ones(len(token_ids), dtype=bool)
+        at = np.minimum(np.searchsorted(self.ids, token_ids), len(self.ids) - 1)
+        return at, self.ids[at] == token_ids
+
+    def probs_at(self, token_ids) -> np.ndarray:  # [m] ids -> [m] probabilities (0: not in the row)
+        at, inside = self.positions(token_ids)
+        return np.where(inside, self.probs[at], np.float32(0))
+
+    def logits_at(self, token_ids) -> np.ndarray:  # [m] ids -> [m] scores (-inf: not in the row)
+        at, inside = self.positions(token_ids)
+        return np.where(inside, self.logits[at], np.float32(-np.inf))
+
+    def dense_logits(self) -> np.ndarray:  # [V], -inf for the tokens not in the row
+        if self.ids is None:
+            return self.logits
+        out = np.full(self.vocab, -np.inf, dtype=np.float32)
+        out[self.ids] = self.logits
+        return out
+
+    def rank(self, token_id: int) -> int:
+        """The token's rank by score in this row (1 = best, ties to the lower id); 0 when it is not in it."""
+        (at,), (inside,) = self.positions([token_id])
+        if not inside or np.isneginf(self.logits[at]):
+            return 0
+        return model_rank(self.logits, int(at))  # positions follow token ids, so ties still go to the lower id
+
+    def draw(self, u: float) -> int:
+        """The token a uniform number u in [0, 1) draws (see `draw`)."""
+        return int(self.token_ids()[draw(self.probs, u)])
+
+    def best(self) -> int:
+        """The most likely token (the lowest id among ties): what greedy decoding takes."""
+        return int(self.token_ids()[int(np.argmax(self.probs))])
+
+
+@dataclass(frozen=True)
+class ChainInput:
+    """What a stage may look at besides the row: the token ids so far (prompt and steps, for the penalties
+    and DRY), XTC's draw for this step (None: none was taken, XTC does nothing), DRY's sequence breakers
+    prepared for the vocabulary (penalties.dry_breakers)."""
+
+    history: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    xtc_draw: float | None = None
+    dry_breakers: object = None
+
+
+NO_INPUT = ChainInput()  # a row alone: no history, no XTC draw, no DRY breakers
 
 
 @dataclass(frozen=True)
 class Stage:
-    """One stage of the chain: its name and what it does to the probabilities (the scores give the ranking
-    the filters keep a prefix of)."""
+    """One stage of the chain: its name and what it does to the row."""
 
     name: str
-    apply: Callable[[np.ndarray, np.ndarray], np.ndarray]  # (probabilities [V], scores [V]) -> probabilities [V]
+    apply: Callable[[Row, ChainInput], Row]
+
+
+def rescored(row: Row, logits) -> Row:
+    """The row after a stage that changed its scores: the softmax of the new scores."""
+    return Row(logits, softmax(logits), row.vocab, row.ids)
+
+
+def on_scores(row: Row, change) -> Row:
+    """A stage that changes scores by token id (change: [V] scores -> [V] scores), on a whole row or a kept one."""
+    if row.ids is None:
+        new = change(row.logits)
+        return row if new is row.logits else rescored(row, new)
+    return rescored(row, change(row.dense_logits())[row.ids])
+
+
+def kept(row: Row, positions, contract: bool = False) -> Row:
+    """The row with only the tokens at these positions, renormalised. contract: normalise as the generation
+    contract always has (summing the whole [V] row, zeros and all), so recorded traces replay bit for bit."""
+    positions = np.sort(np.asarray(positions, dtype=np.int64))
+    if len(positions) == len(row.logits):
+        return row  # nothing removed
+    probs = row.probs[positions]
+    if contract:
+        whole = np.zeros(row.vocab, dtype=np.float32)
+        whole[row.token_ids()[positions]] = probs
+        total = whole.sum()
+    else:
+        total = probs.sum()
+    return Row(row.logits[positions], probs / total, row.vocab, row.token_ids()[positions])
+
+
+def filtered(row: Row, new_logits) -> Row:
+    """The row after a filter that marked what it removed with -inf (filters.py's functions)."""
+    removed = np.isneginf(new_logits) & ~np.isneginf(row.logits)
+    return row if not removed.any() else kept(row, np.flatnonzero(~removed))
+
+
+def _temperature(row: Row, t: float) -> Row:
+    if t == 0:
+        return kept(row, [int(np.argmax(row.logits))], contract=True)  # the best score, the lowest id of ties
+    if t == 1:
+        return row  # the plain softmax is reused as is: identical
+    return rescored(row, row.logits / np.float32(t))
 
 
 def chain(settings: Settings) -> tuple[Stage, ...]:
-    """The contract's chain for these settings, in its order; a stage with a neutral setting is a no-op.
-    Adding a stage is an apply_ function and one line here."""
-    return (
-        Stage("temperature", lambda probs, scores: _tempered(probs, scores, settings.temperature)),
-        Stage("top_k", lambda probs, scores: apply_top_k(probs, scores, settings.top_k)),
-        Stage("top_p", lambda probs, scores: apply_top_p(probs, scores, settings.top_p)),
-        Stage("min_p", lambda probs, scores: apply_min_p(probs, settings.min_p)),
-    )
+    """The stages these settings run, in their order. Adding a stage is a function in filters.py or
+    penalties.py and one line here."""
+    s = settings
+    stages = {
+        "logit_bias": lambda row, given: on_scores(row, lambda x: penalties.apply_logit_bias(x, dict(s.logit_bias))),
+        "penalties": lambda row, given: on_scores(row, lambda x: penalties.apply_penalties(
+            x, given.history, s.repeat_last_n, s.repeat_penalty, s.frequency_penalty, s.presence_penalty)),
+        "dry": lambda row, given: on_scores(row, lambda x: penalties.apply_dry(
+            x, given.history, s.dry_multiplier, s.dry_base, s.dry_allowed_length, s.dry_last_n, given.dry_breakers)),
+        "temperature": lambda row, given: _temperature(row, s.temperature),
+        "top_k": lambda row, given: row if s.top_k is None else kept(row, top_ids(row.logits, s.top_k), True),
+        "top_p": lambda row, given: row if s.top_p in (None, 1) else kept(
+            row, top_p_positions(row.probs, row.logits, s.top_p), True),
+        "min_p": lambda row, given: row if not s.min_p else kept(
+            row, np.flatnonzero(row.probs >= s.min_p * row.probs.max()), True),
+        "top_n_sigma": lambda row, given: filtered(row, filters.apply_top_n_sigma(row.logits, s.top_n_sigma)),
+        "typical_p": lambda row, given: filtered(row, filters.apply_typical(row.logits, s.typical_p)),
+        "xtc": lambda row, given: row if given.xtc_draw is None else filtered(
+            row, filters.apply_xtc(row.logits, s.xtc_probability, s.xtc_threshold, given.xtc_draw)),
+    }  # fmt: skip
+    return tuple(Stage(name, stages[name]) for name in s.samplers if s.active(name))
 
 
 STAGE_NAMES = tuple(stage.name for stage in chain(Settings()))  # the contract's chain, in order
 
 
-def _tempered(raw, scores, temperature: float):
-    """The plain softmax (`raw`, what the chain starts from) is reused as is at temperature 1: identical."""
-    return raw if temperature == 1 else apply_temperature(scores, temperature)
-
-
-def run_chain(stages: tuple[Stage, ...], scores, raw) -> dict[str, np.ndarray]:
-    """-> {stage name: probabilities [V] after it}, in the chain's order; the last is what the draw uses.
+def run_chain(stages: tuple[Stage, ...], scores, raw, given: ChainInput = NO_INPUT) -> dict[str, Row]:
+    """-> {stage name: the row after it}, in the chain's order; the last is what the draw uses.
     raw: softmax(scores), the chain's input."""
-    after, probs = {}, raw
+    after, row = {}, Row(scores, raw, len(scores))
     for stage in stages:
-        probs = after[stage.name] = stage.apply(probs, scores)
+        row = after[stage.name] = stage.apply(row, given)
     return after
 
 
@@ -176,7 +234,10 @@ def next_token_probs(scores, temperature, top_k=None, top_p=None, min_p=None):
         raise ValueError(f"scores must be one non-empty row, got shape {scores.shape}")
     settings = Settings(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p).check_vocab(scores.size)
     stages = run_chain(chain(settings), scores, softmax(scores))
-    return stages[next(reversed(stages))]
+    final = stages[next(reversed(stages))]
+    out = np.zeros_like(scores)
+    out[final.token_ids()] = final.probs
+    return out
 
 
 def draw(probs, u: float) -> int:

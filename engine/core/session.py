@@ -13,14 +13,16 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from engine.core.rules import Rule
-from engine.core.sampling import Settings
+from engine.core.settings import Settings
 from engine.core.steps import SOURCES, Candidates, Step
 
 
 class Session:
     def __init__(self, model, prompt, max_new_tokens=60, temperature=0.0, top_k=None, top_p=None, min_p=None,
-                 seed=0, rules=()):  # fmt: skip
-        self.settings = Settings(max_new_tokens, temperature, top_k, top_p, min_p, seed).check_vocab(model.vocab_size)
+                 seed=0, rules=(), **samplers):  # fmt: skip
+        """samplers: the other Settings fields (repeat_penalty, dry_multiplier, samplers=order, ...)."""
+        self.settings = Settings(max_new_tokens, temperature, top_k, top_p, min_p, seed, **_known(samplers))
+        self.settings.check_vocab(model.vocab_size)
         self.initial_settings = self.settings  # a trace starts from these; "settings" actions change them
         if not isinstance(prompt, str):
             raise ValueError(f"prompt must be a string, got {type(prompt).__name__}")
@@ -129,7 +131,7 @@ class Session:
             self._ended_at = len(self.steps)
             return None
         self._append([step])
-        self._draws += step.draw is not None
+        self._draws += (step.draw is not None) + (step.xtc_draw is not None)  # XTC's draw comes first
         if stream:
             self._stream_action["n"] += 1
         else:
@@ -201,10 +203,7 @@ class Session:
         change is logged, a fresh random stream starts from the (new) seed, and rewinding to before the
         change brings the earlier settings back. A change of max_new_tokens alone keeps the random stream:
         it decides when to stop, not what is drawn (the window raises it to generate on after a stop)."""
-        unknown = set(changes) - set(self.settings.to_dict())
-        if unknown:
-            raise ValueError(f"unknown setting {sorted(unknown)[0]!r}; settings are {sorted(self.settings.to_dict())}")
-        new = replace(self.settings, **changes).check_vocab(self.model.vocab_size)  # validates
+        new = replace(self.settings, **_known(changes)).check_vocab(self.model.vocab_size)  # validates
         if new == self.settings:
             return new
         self.interrupt()
@@ -423,8 +422,18 @@ class GenerationResult:
         }
 
 
-def generate(model, prompt, max_new_tokens=60, temperature=0.0, top_k=None, top_p=None, min_p=None, seed=0):
-    """Continue the prompt until the model stops; a thin wrapper over Session."""
-    session = Session(model, prompt, max_new_tokens, temperature, top_k, top_p, min_p, seed)
+def generate(model, prompt, max_new_tokens=60, temperature=0.0, top_k=None, top_p=None, min_p=None, seed=0,
+             **samplers):  # fmt: skip
+    """Continue the prompt until the model stops; a thin wrapper over Session (samplers: other Settings)."""
+    session = Session(model, prompt, max_new_tokens, temperature, top_k, top_p, min_p, seed, **samplers)
     session.run()
     return session.result()
+
+
+def _known(samplers: dict) -> dict:
+    """The keyword arguments, if each names a setting (else a ValueError listing the settings)."""
+    names = set(Settings.__dataclass_fields__)
+    unknown = sorted(set(samplers) - names)
+    if unknown:
+        raise ValueError(f"unknown setting {unknown[0]!r}; settings are {sorted(names)}")
+    return samplers

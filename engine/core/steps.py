@@ -4,21 +4,25 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from engine.core.sampling import Settings, chain, model_rank, run_chain, softmax, top_ids
+from engine.core.sampling import NO_INPUT, ChainInput, Row, chain, model_rank, run_chain, softmax, top_ids
+from engine.core.settings import Settings
 
 TOP_CANDIDATES = 20  # candidates kept per step: the chart's bars
 SOURCES = ("model", "forced", "rule", "tool")
+V3_STEP_FIELDS = ("stage_ranks", "xtc_draw")  # what trace schema 3 added to a step (absent from older traces)
 
 
 @dataclass(frozen=True)
 class Candidates:
     """The top tokens of the raw softmax, with their probability after each stage of the chain, by the
-    stage's name (0 where the stage removed it). A server reports no stages: only raw."""
+    stage's name (0 where the stage removed it), and the stage that removed each (None: none did). A server
+    reports no stages: only raw."""
 
     token_ids: tuple[int, ...]
     tokens: tuple[str, ...]
     raw: tuple[float, ...]  # softmax of the scores, temperature 1
     stages: tuple[tuple[str, tuple[float, ...]], ...] = ()  # (stage name, probabilities after it), in order
+    removed_by: tuple[str | None, ...] = ()  # per token: the first stage that removed it; () = not recorded
 
     @property
     def stage_names(self) -> tuple[str, ...]:
@@ -37,9 +41,20 @@ class Candidates:
             return self.final
         return dict(self.stages).get(name, ())
 
+    def removed_by_stage(self, index: int) -> str | None:
+        """The stage that removed the index-th candidate (None: it was kept, or it is not recorded)."""
+        return self.removed_by[index] if self.removed_by else None
+
     def to_dict(self) -> dict:
         return {"token_ids": list(self.token_ids), "tokens": list(self.tokens), "raw": list(self.raw),
-                "stages": {name: list(values) for name, values in self.stages}}  # fmt: skip
+                "stages": {name: list(values) for name, values in self.stages},
+                "removed_by": list(self.removed_by)}  # fmt: skip
+
+    def to_v2_dict(self) -> dict:
+        """The record as trace schema 2 wrote it (no removed_by), to compare a replay with a version-2 trace."""
+        data = self.to_dict()
+        del data["removed_by"]
+        return data
 
     def to_v1_dict(self) -> dict:
         """The record as trace schema 1 wrote it (fixed fields; "final" after top-p and min-p), to compare a
@@ -51,15 +66,15 @@ class Candidates:
 
 @dataclass(frozen=True)
 class Distributions:
-    """Everything a step needs from one row of scores: the whole vocabulary at every stage."""
+    """Everything a step needs from one row of scores: the raw softmax and the row after every stage."""
 
-    top: np.ndarray  # the ids of the top candidates, most likely first
+    top: np.ndarray  # the ids of the top candidates of the raw softmax, most likely first
     raw: np.ndarray  # softmax of the scores, temperature 1 [V]
-    stages: dict[str, np.ndarray]  # probabilities [V] after each stage of the chain, in its order
+    rows: dict[str, Row]  # the chain's row after each stage, in its order
 
     @property
-    def final(self) -> np.ndarray:  # what the draw uses
-        return self.stages[next(reversed(self.stages))]
+    def final(self) -> Row:  # what the draw uses
+        return self.rows[next(reversed(self.rows))]
 
 
 @dataclass(frozen=True)
@@ -75,15 +90,25 @@ class Step:
     candidates: Candidates
     draw: float | None = None  # the uniform number in [0, 1) a sampled step used
     options: tuple[tuple[str, float], ...] | None = None  # a constrained choice: (option, probability)
+    stage_ranks: tuple[tuple[str, int], ...] = ()  # the token's rank after each stage (1 = best, 0 = removed)
+    xtc_draw: float | None = None  # XTC's draw at this step (None: XTC was off, or the step was not sampled)
 
     def to_dict(self) -> dict:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["candidates"] = self.candidates.to_dict()
         data["options"] = None if self.options is None else [list(o) for o in self.options]
+        data["stage_ranks"] = [list(r) for r in self.stage_ranks]
         return data
 
     def to_v1_dict(self) -> dict:
-        return dict(self.to_dict(), candidates=self.candidates.to_v1_dict())
+        return dict(self.to_v2_dict(), candidates=self.candidates.to_v1_dict())
+
+    def to_v2_dict(self) -> dict:
+        """The record as trace schema 2 wrote it, to compare a replay with a version-2 trace."""
+        data = dict(self.to_dict(), candidates=self.candidates.to_v2_dict())
+        for name in V3_STEP_FIELDS:
+            del data[name]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict) -> "Step":
@@ -106,28 +131,34 @@ class StepMaker:
             text = self._texts[token_id] = self.tokenizer.decode([token_id])
         return text
 
-    def distributions(self, scores) -> Distributions:
+    def distributions(self, scores, given: ChainInput = NO_INPUT) -> Distributions:
         raw = softmax(scores)
-        return Distributions(top_ids(scores, TOP_CANDIDATES), raw, run_chain(self.chain, scores, raw))
+        return Distributions(top_ids(scores, TOP_CANDIDATES), raw, run_chain(self.chain, scores, raw, given))
 
     def candidates(self, dists: Distributions) -> Candidates:
         top = dists.top
         top_list = top.tolist()
+        removed = {}  # candidate index -> the first stage that removed it
+        for name, row in dists.rows.items():
+            for index in np.flatnonzero(np.isneginf(row.logits_at(top))).tolist():
+                removed.setdefault(index, name)
         return Candidates(
             token_ids=tuple(top_list),
             tokens=tuple(self.text(i) for i in top_list),
             raw=tuple(dists.raw[top].tolist()),
-            stages=tuple((name, tuple(probs[top].tolist())) for name, probs in dists.stages.items()),
+            stages=tuple((name, tuple(row.probs_at(top).tolist())) for name, row in dists.rows.items()),
+            removed_by=tuple(removed.get(i) for i in range(len(top_list))),
         )
 
-    def make(self, scores, token_id: int, source: str, dists=None, draw=None, options=None) -> Step:
+    def make(self, scores, token_id: int, source: str, dists=None, draw=None, options=None, xtc_draw=None) -> Step:
         dists = dists if dists is not None else self.distributions(scores)
         candidates = self.candidates(dists)
         token_id, choice = int(token_id), candidates.token_ids[0]
+        ranks = tuple((name, row.rank(token_id)) for name, row in dists.rows.items())
         return Step(
             token=self.text(token_id),
             token_id=token_id,
-            probability=float(dists.final[token_id]),
+            probability=float(dists.final.probs_at([token_id])[0]),
             source=source,
             model_probability=float(dists.raw[token_id]),
             model_rank=model_rank(scores, token_id),
@@ -136,6 +167,8 @@ class StepMaker:
             candidates=candidates,
             draw=draw,
             options=options,
+            stage_ranks=ranks,
+            xtc_draw=xtc_draw,
         )
 
 
@@ -143,10 +176,10 @@ def _step_from_dict(data) -> Step:
     if not isinstance(data, dict):
         raise ValueError("a step must be an object")
     expected = {f.name for f in fields(Step)}
-    missing = expected - set(data)
+    missing = expected - set(data) - set(V3_STEP_FIELDS)
     if missing:
         raise ValueError(f"step field {sorted(missing)[0]!r} is missing")
-    values = dict(data)
+    values = {"stage_ranks": [], "xtc_draw": None, **data}
     for name in ("token", "model_choice"):
         if not isinstance(values[name], str):
             raise ValueError(f"step field {name!r} must be a string")
@@ -159,8 +192,16 @@ def _step_from_dict(data) -> Step:
             raise ValueError(f"step field {name!r} must be a probability in [0, 1] or null")
     if values["source"] not in SOURCES:
         raise ValueError(f"step field 'source' must be one of {SOURCES}, got {values['source']!r}")
-    if values["draw"] is not None and not (isinstance(values["draw"], float) and 0 <= values["draw"] < 1):
-        raise ValueError("step field 'draw' must be null or a number in [0, 1)")
+    for name in ("draw", "xtc_draw"):
+        if values[name] is not None and not (isinstance(values[name], float) and 0 <= values[name] < 1):
+            raise ValueError(f"step field {name!r} must be null or a number in [0, 1)")
+    ranks = values["stage_ranks"]
+    if not isinstance(ranks, list) or not all(
+        isinstance(r, list) and len(r) == 2 and isinstance(r[0], str) and isinstance(r[1], int) and r[1] >= 0
+        for r in ranks
+    ):
+        raise ValueError("step field 'stage_ranks' must be a list of [stage name, rank >= 0] pairs")
+    values["stage_ranks"] = tuple((name, rank) for name, rank in ranks)
     values["candidates"] = _candidates_from_dict(values["candidates"])
     options = values["options"]
     if options is not None:
@@ -183,7 +224,12 @@ def _candidates_from_dict(cand) -> Candidates:
     if not isinstance(cand, dict) or not isinstance(cand.get("token_ids"), list):
         raise ValueError("step field 'candidates' must be an object with a list 'token_ids'")
     count = len(cand["token_ids"])
-    if set(cand) == {"token_ids", "tokens", "raw", "stages"}:
+    removed_by = cand.get("removed_by", [])  # schema 3
+    if not isinstance(removed_by, list) or not all(r is None or isinstance(r, str) for r in removed_by):
+        raise ValueError("step field 'candidates.removed_by' must be a list of stage names or nulls")
+    if removed_by and len(removed_by) != count:
+        raise ValueError(f"step field 'candidates.removed_by' must be as long as token_ids ({count})")
+    if set(cand) - {"removed_by"} == {"token_ids", "tokens", "raw", "stages"}:
         if not isinstance(cand["stages"], dict) or not all(isinstance(n, str) and n for n in cand["stages"]):
             raise ValueError("step field 'candidates.stages' must map stage names to lists")
         stages = list(cand["stages"].items())
@@ -207,4 +253,5 @@ def _candidates_from_dict(cand) -> Candidates:
         tokens=tuple(cand["tokens"]),
         raw=tuple(cand["raw"]),
         stages=tuple((name, tuple(values)) for name, values in stages),
+        removed_by=tuple(removed_by),
     )

@@ -6,13 +6,15 @@ session's action log (sample, force, insert, choose, rewind, settings) on a fres
 starting settings, so the forward passes run in the same chunks and the steps come out bit for bit the
 same.
 
-    {"schema": "token-playground/trace/2", "engine_version", "created_utc",
+    {"schema": "token-playground/trace/3", "engine_version", "created_utc",
      "model": {"name", "weights_sha256"}, "prompt", "prompt_token_ids", "settings": {... "seed"},
      "rules": [described], "actions": [...], "steps": [Step.to_dict()...], "text", "stopped", "events"}
 
-A step's "candidates" are {"token_ids", "tokens", "raw", "stages": {stage name: probabilities}}, the stages in
-the chain's order. Schema 1 had fixed fields instead ("temperature", "top_k", "final"): such traces still
-open, and replay compares them in that form.
+A step's "candidates" are {"token_ids", "tokens", "raw", "stages": {stage name: probabilities}, "removed_by":
+[stage name or null]}, the stages in the chain's order; a step also records "stage_ranks" (the token's rank
+after each stage) and "xtc_draw". "settings" holds the whole chain: every stage's parameters and their order
+("samplers"). Schema 2 had no removed_by, stage_ranks, xtc_draw or sampler settings; schema 1 had fixed stage
+fields ("temperature", "top_k", "final"). Both still open, and replay compares them in their own form.
 
 "settings" and "rules" are the ones the session started with; a "settings" or "rules" action records each
 later change. Replay runs no rule: what a rule inserted is in the log as an insert or choose action.
@@ -24,11 +26,13 @@ from pathlib import Path
 
 from engine.core import __version__
 from engine.core.files import atomic_write_bytes
-from engine.core.sampling import Settings
+from engine.core.settings import Settings
 from engine.core.steps import Step
 
-SCHEMA = "token-playground/trace/2"  # 2: a step's candidates hold every stage by name
+SCHEMA = "token-playground/trace/3"  # 3: every sampler stage, its order, what removed each candidate
+SCHEMA_V2 = "token-playground/trace/2"  # a step's candidates hold every stage by name: still opens and replays
 SCHEMA_V1 = "token-playground/trace/1"  # fixed stage fields (temperature, top_k, final): still opens and replays
+SCHEMAS = (SCHEMA, SCHEMA_V2, SCHEMA_V1)
 ACTION_KINDS = {"sample", "stream", "force", "insert", "choose", "rewind", "settings", "rules"}
 
 
@@ -76,8 +80,9 @@ def validate_trace(trace) -> None:
     """Raise ValueError naming the first field that is missing or malformed."""
     if not isinstance(trace, dict):
         raise ValueError("a trace must be a JSON object")
-    if trace.get("schema") not in (SCHEMA, SCHEMA_V1):
-        raise ValueError(f"trace field 'schema' must be {SCHEMA!r} (or {SCHEMA_V1!r}), got {trace.get('schema')!r:.80}")
+    if trace.get("schema") not in SCHEMAS:
+        raise ValueError(f"trace field 'schema' must be {SCHEMA!r} (or {SCHEMA_V2!r}, {SCHEMA_V1!r}), "
+                         f"got {trace.get('schema')!r:.80}")  # fmt: skip
     expected = {
         "engine_version": str, "created_utc": str, "model": dict, "prompt": str, "prompt_token_ids": list,
         "settings": dict, "rules": list, "actions": list, "steps": list, "text": str, "events": list,

@@ -90,6 +90,10 @@ class Tokenizer:
         check_alphabet(text)
         return [i for piece in pieces(text) for i in self.encode_piece(piece)]
 
+    def encode_fragment(self, data: bytes) -> list[int]:
+        """A piece of text alone (the story tokenizer adds nothing to a text anyway)."""
+        return self.encode(data.decode("utf-8", errors="replace"))
+
     def decode(self, ids) -> str:
         ids = [int(i) for i in ids]
         for i in ids:

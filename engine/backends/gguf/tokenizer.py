@@ -89,6 +89,10 @@ class GGUFTokenizer:
         ids = self.hf.encode(text, add_special_tokens=False).ids
         return [self.bos_id] + ids if self.add_bos else ids
 
+    def encode_fragment(self, data: bytes) -> list[int]:
+        """A piece of text alone: no BOS (bytes that are not UTF-8 are read as U+FFFD)."""
+        return self.hf.encode(data.decode("utf-8", errors="replace"), add_special_tokens=False).ids
+
     def decode(self, ids) -> str:
         ids = [int(i) for i in ids]
         for i in ids:

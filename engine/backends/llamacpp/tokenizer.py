@@ -27,21 +27,26 @@ class LlamaCppTokenizer:
     chat_prompt = GGUFTokenizer.chat_prompt  # the same jinja2 rendering: chat_template, bos_text, eos_text
 
     def encode(self, text: str) -> list[int]:
-        data = checked_text(text).encode("utf-8")
+        ids = self._tokenize(checked_text(text).encode("utf-8"), parse_special=True)
+        if self.add_bos and not (ids and ids[0] == self.bos_id):  # a template's own BOS is not doubled
+            ids = [self.bos_id] + ids
+        return ids
+
+    def encode_fragment(self, data: bytes) -> list[int]:
+        """A piece of text (any bytes) alone: no BOS, special tokens' text taken as plain text."""
+        return self._tokenize(bytes(data), parse_special=False)
+
+    def _tokenize(self, data: bytes, parse_special: bool) -> list[int]:
         self._check_open()
         size = len(data) + 8
         while True:
             buffer = (self._llama.llama_token * size)()
-            count = self._llama.llama_tokenize(self._vocab, data, len(data), buffer, size, False, True)
+            count = self._llama.llama_tokenize(self._vocab, data, len(data), buffer, size, False, parse_special)
             if count >= 0:
-                break
+                return list(buffer[:count])
             if -count <= size:
                 raise ValueError(f"llama.cpp could not tokenize the text ({count})")
             size = -count
-        ids = list(buffer[:count])
-        if self.add_bos and not (ids and ids[0] == self.bos_id):  # a template's own BOS is not doubled
-            ids = [self.bos_id] + ids
-        return ids
 
     def decode(self, ids) -> str:
         return b"".join(self.token_bytes(i) for i in ids).decode("utf-8", errors="replace")
