@@ -1,9 +1,10 @@
 """From one row of scores to the probabilities a token is drawn from, and the draw itself.
 
 The chain is a sequence of stages in the order `Settings.samplers` gives (engine/core/settings.py). Between
-stages it carries a `Row`: the scores as the stages so far changed them (-inf: removed) and the
-probabilities (softmax of those scores, 0 where removed). Each stage is llama.cpp's (src/llama-sampling.cpp)
-and matches it within float32 rounding (tests/test_*_exact.py), with ties to the lower token id:
+stages it carries a `Row`: the tokens still in, their scores as the stages so far changed them, and their
+probabilities (the softmax of those scores). Each stage is llama.cpp's (src/llama-sampler.cpp in the
+llama.cpp that llama-cpp-python 0.3.36 vendors) and matches it within float32 rounding, most bit for bit
+(tests/test_*_exact.py), with ties to the lower token id:
 
     logit_bias   add a score per token (-inf bans it)
     penalties    repetition / presence / frequency over the last repeat_last_n tokens of the text
@@ -19,11 +20,12 @@ and matches it within float32 rounding (tests/test_*_exact.py), with ties to the
                  the token's own draw at every sampled step while XTC is on): remove every token above
                  xtc_threshold but the least likely of them
 
-The contract's four (temperature, top-k, top-p, min-p) always run, in the order given, and are no-ops at
+The contract's four (temperature, top-k, top-p, min-p) run wherever the order holds them, as no-ops at
 neutral settings (top_k None, top_p None or 1, min_p None or 0), so every step records them; the others run
-only where their settings are on. With the default settings the chain is the generation contract's, bit for
-bit (recorded traces replay). `chain(settings)` is a tuple of named `Stage`s; `run_chain` gives the `Row`
-after each, by name (engine/core/steps.py's `Distributions`).
+only where their settings are on. The contract's filters renormalise as they always have (summing the whole
+row), so with the default settings the chain is the generation contract's bit for bit and recorded traces
+replay. `chain(settings)` is a tuple of named `Stage`s; `run_chain` gives the `Row` after each, by name
+(engine/core/steps.py's `Distributions`).
 """
 
 from collections.abc import Callable
