@@ -137,6 +137,9 @@ def _add_sampler_arguments(parser) -> None:
     parser.add_argument("--logit-bias", dest="logit_bias", action="append", default=argparse.SUPPRESS,
                         metavar="ID(+|-)BIAS", help="add a score to a token, as llama.cpp writes it: 15043+1.5, "
                         "15043-inf bans it (repeat the flag)")  # fmt: skip
+    parser.add_argument("--heal", dest="heal", action="store_true", default=argparse.SUPPRESS,
+                        help="token healing: cut the prompt's last token(s) and let the model spell them again "
+                        "(a prompt ending in a space, or mid-word)")  # fmt: skip
     parser.add_argument("--samplers", default=argparse.SUPPRESS, metavar="NAMES",
                         help="the stages' order, separated by ';' (llama.cpp's names work too), e.g. "
                         "'penalties;top_k;min_p;temperature'; default: logit_bias;penalties;dry;temperature;top_k;"
@@ -146,6 +149,8 @@ def _add_sampler_arguments(parser) -> None:
 def _sampler_settings(args) -> dict:
     """The Settings fields the sampler flags give (only those given: the others keep their defaults)."""
     given = {name: getattr(args, name) for name, *_ in SAMPLER_FLAGS.values() if hasattr(args, name)}
+    if hasattr(args, "heal"):
+        given["heal"] = True
     if hasattr(args, "dry_sequence_breakers"):
         given["dry_sequence_breakers"] = args.dry_sequence_breakers
     if hasattr(args, "logit_bias"):

@@ -250,7 +250,7 @@ class Controller(QObject):
         not_shown = self.window.controls.set_settings(trace["settings"])
         if trace["model"]["weights_sha256"] != self.model.weights_sha256:
             self.feed.use_token_bytes(None)  # its ids are another tokenizer's
-        self.window.token_view.show_session(trace["prompt"], steps)
+        self.window.token_view.show_session(trace.get("prompt_text", trace["prompt"]), steps)  # less what healing cut
         self.window.chart.clear("Trace: click a token to see its distribution")
         self.window.stop_reason.setText(f"Trace stopped: {stop_text(trace['stopped'])}")
         self.window.replay_action.setEnabled(True)

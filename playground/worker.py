@@ -94,7 +94,7 @@ class GenerationWorker(QObject):
             return
         self.session = session
         self._publish()
-        self.redraw.emit(session.prompt, [])
+        self.redraw.emit(session.prompt_text, [])
         then = request.get("then")
         if then == "generate":
             self.generate()
@@ -264,7 +264,7 @@ class GenerationWorker(QObject):
             return
         self.session = session
         self._publish()
-        self.replayed.emit(report, (request, session.prompt, list(session.steps), session.stopped))
+        self.replayed.emit(report, (request, session.prompt_text, list(session.steps), session.stopped))
         self._emit_preview()
 
     # --- helpers -------------------------------------------------------------------------------------
@@ -282,7 +282,7 @@ class GenerationWorker(QObject):
             return False
         self._publish()
         if rewound:
-            self.redraw.emit(self.session.prompt, steps)  # the GUI redraws the branch
+            self.redraw.emit(self.session.prompt_text, steps)  # the GUI redraws the branch
         elif emit:
             for step in steps[before:]:
                 self.stepped.emit(step)

@@ -10,6 +10,7 @@ import numpy as np
 
 from engine.core import penalties
 from engine.core.contract import Capabilities
+from engine.core.healing import healer_for
 from engine.core.sampling import ChainInput
 from engine.core.settings import Settings
 from engine.core.steps import Candidates, Step, StepMaker
@@ -25,21 +26,23 @@ class LocalContext:
         self._dry: dict[tuple[str, ...], object] = {}  # DRY's breakers per set of breaker strings
 
     # --- the contract ------------------------------------------------------------------------------------
-    def candidates(self, ids, text, settings) -> Candidates:
+    def candidates(self, ids, text, settings, prefix: bytes | None = None) -> Candidates:
         maker = self._maker_for(settings)
-        return maker.candidates(maker.distributions(self._scores(ids), self._given(ids, settings)))
+        return maker.candidates(maker.distributions(self._scores(ids), self._given(ids, settings, None, prefix)))
 
-    def sample(self, ids, text, settings, random, stream=False, remaining=0) -> tuple[Step, bool]:
+    def sample(self, ids, text, settings, random, stream=False, remaining=0, prefix=None) -> tuple[Step, bool]:
+        """prefix: token healing's bytes still to spell (the step must keep to them)."""
         maker = self._maker_for(settings)
         scores = self._scores(ids)
         xtc_draw = random() if settings.active("xtc") else None  # XTC's chance, before the token's own draw
-        dists = maker.distributions(scores, self._given(ids, settings, xtc_draw))
+        dists = maker.distributions(scores, self._given(ids, settings, xtc_draw, prefix))
         if settings.temperature == 0:
             token_id, u = dists.final.best(), None  # the best left: highest score, lowest id
         else:
             u = random()
             token_id = dists.final.draw(u)
-        return maker.make(scores, token_id, "model", dists, u, xtc_draw=xtc_draw), False
+        healing = None if prefix is None else prefix.decode("utf-8", errors="replace")
+        return maker.make(scores, token_id, "model", dists, u, xtc_draw=xtc_draw, healing=healing), False
 
     def force(self, ids, text, token_ids, source, settings, options=None) -> list[Step]:
         """One batched forward over the new positions: the last new token is not fed yet."""
@@ -88,8 +91,9 @@ class LocalContext:
         return steps  # nothing streams here
 
     # --- internals ---------------------------------------------------------------------------------------
-    def _given(self, ids, settings: Settings, xtc_draw: float | None = None) -> ChainInput:
-        """What the chain's stages look at besides the scores: the text's ids, XTC's draw, DRY's breakers."""
+    def _given(self, ids, settings: Settings, xtc_draw: float | None = None, prefix: bytes | None = None) -> ChainInput:
+        """What the chain's stages look at besides the scores: the text's ids, XTC's draw, DRY's breakers, the
+        tokens that keep to token healing's prefix."""
         breakers = None
         if settings.active("dry"):
             breakers = self._dry.get(settings.dry_sequence_breakers)
@@ -97,7 +101,8 @@ class LocalContext:
                 breakers = self._dry[settings.dry_sequence_breakers] = self._dry_breakers(
                     settings.dry_sequence_breakers
                 )
-        return ChainInput(np.asarray(ids, dtype=np.int64), xtc_draw, breakers)
+        healing = None if prefix is None else healer_for(self.model.tokenizer, self.model.vocab_size).allowed(prefix)
+        return ChainInput(np.asarray(ids, dtype=np.int64), xtc_draw, breakers, healing)
 
     def _dry_breakers(self, strings) -> penalties.DryBreakers:
         """DRY's breakers for this vocabulary, from each token's own bytes (as llama.cpp detokenizes them)."""

@@ -20,7 +20,8 @@ llama.cpp that llama-cpp-python 0.3.36 vendors) and matches it within float32 ro
                  the token's own draw at every sampled step while XTC is on): remove every token above
                  xtc_threshold but the least likely of them
 
-The contract's four (temperature, top-k, top-p, min-p) run wherever the order holds them, as no-ops at
+Token healing (engine/core/healing.py) comes first, as a stage named "healing", at the steps that must
+spell a cut text. The contract's four (temperature, top-k, top-p, min-p) run wherever the order holds them, as no-ops at
 neutral settings (top_k None, top_p None or 1, min_p None or 0), so every step records them; the others run
 only where their settings are on. The contract's filters renormalise as they always have (summing the whole
 row), so with the default settings the chain is the generation contract's bit for bit and recorded traces
@@ -137,6 +138,7 @@ class ChainInput:
     history: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     xtc_draw: float | None = None
     dry_breakers: object = None
+    healing: np.ndarray | None = None  # token healing: the ids that keep to the text still to spell (ascending)
 
 
 NO_INPUT = ChainInput()  # a row alone: no history, no XTC draw, no DRY breakers
@@ -224,6 +226,8 @@ def run_chain(stages: tuple[Stage, ...], scores, raw, given: ChainInput = NO_INP
     """-> {stage name: the row after it}, in the chain's order; the last is what the draw uses.
     raw: softmax(scores), the chain's input."""
     after, row = {}, Row(scores, raw, len(scores))
+    if given.healing is not None:  # first: what the model wants, among the tokens that keep to the text
+        row = after["healing"] = kept(row, given.healing)
     for stage in stages:
         row = after[stage.name] = stage.apply(row, given)
     return after

@@ -12,9 +12,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from engine.core.healing import healer_for
 from engine.core.rules import Rule
 from engine.core.settings import Settings
 from engine.core.steps import SOURCES, Candidates, Step
+
+NO_HEALING = "token healing needs a backend the engine samples for (a server samples itself): set heal=False"
 
 
 class Session:
@@ -37,6 +40,12 @@ class Session:
         self.initial_rules = self.rules  # a trace's "rules"; "rules" actions record later changes
         self.model = model
         self.prompt = prompt
+        # token healing: the bytes the next steps must spell first (None: none), and per step what it was before
+        self._healing: bytes | None = None
+        self._healing_before: list[bytes | None] = []
+        if self.settings.heal:
+            prompt_ids, prompt = self._healed(prompt_ids, prompt)
+        self.prompt_text = prompt  # the text before the first step: the prompt, less what healing cut
         self.prompt_ids = list(prompt_ids)
         self.ids = list(prompt_ids)  # prompt + every step's token
         self.text = prompt
@@ -70,14 +79,19 @@ class Session:
 
     @property
     def generated_text(self) -> str:
-        return self.text[len(self.prompt) :]
+        return self.text[len(self.prompt_text) :]
+
+    @property
+    def healing(self) -> str | None:
+        """The text the next steps must spell first (token healing), or None."""
+        return None if self._healing is None else self._healing.decode("utf-8", errors="replace")
 
     def peek(self) -> Candidates | None:
         """The distribution the next model step would be drawn from (top candidates at every stage),
         without taking it; None when the context is full. Computing it now costs the next step nothing."""
         if len(self.ids) >= self.model.context_length:
             return None
-        return self._context.candidates(self.ids, self.text, self.settings)
+        return self._context.candidates(self.ids, self.text, self.settings, **self._prefix())
 
     # --- stepping --------------------------------------------------------------------------------
     def step(self, stream: bool = False) -> Step | None:
@@ -113,8 +127,9 @@ class Session:
                 self.text,
                 self.settings,
                 self._rng.random,
-                stream,
+                stream and self._healing is None,  # a healing step is one step: what it spells decides the next
                 self.settings.max_new_tokens - len(self.steps),
+                **self._prefix(),
             )
         except BaseException:
             self._rng.setstate(state)
@@ -206,6 +221,8 @@ class Session:
         new = replace(self.settings, **_known(changes)).check_vocab(self.model.vocab_size)  # validates
         if new == self.settings:
             return new
+        if new.heal and not self.model.capabilities.local_sampling:
+            raise ValueError(NO_HEALING)
         self.interrupt()
         self._log({"kind": "settings", "settings": new.to_dict()})
         same_stream = replace(new, max_new_tokens=self.settings.max_new_tokens) == self.settings
@@ -243,7 +260,8 @@ class Session:
         self._ended_at = None
         self.text = self.text[: self._text_lengths[keep]]
         draws = self._draws_before[keep]
-        del self.steps[keep:], self._text_lengths[keep:], self._draws_before[keep:]
+        self._healing = self._healing_before[keep]
+        del self.steps[keep:], self._text_lengths[keep:], self._draws_before[keep:], self._healing_before[keep:]
         del self.ids[len(self.prompt_ids) + keep :]
         self._context.truncate(len(self.ids))
         while self._epochs[-1].start > keep:  # settings changed after the point we return to
@@ -278,6 +296,9 @@ class Session:
             self.steps.append(step)
             self._text_lengths.append(len(self.text))
             self._draws_before.append(self._draws)  # a sampled step counts its own draw once it exists
+            self._healing_before.append(self._healing)
+            if self._healing is not None:
+                self._healing = self._healer().advance(self._healing, step.token_id)
             self.ids.append(step.token_id)
             self.text += step.token
         return steps
@@ -290,15 +311,41 @@ class Session:
         self._returned += 1
         return self.steps[self._returned - 1]
 
-    def _insert(self, token_ids, source, options=None) -> list[Step]:
-        """Forced steps, appended only once every one is known: a failure adds none."""
-        return self._append(self._context.force(self.ids, self.text, token_ids, source, self.settings, options))
+    def _insert(self, token_ids, source, options=None, heal=True) -> list[Step]:
+        """Forced steps, appended only once every one is known: a failure adds none. With token healing on,
+        the last token(s) of an inserted text are left for the model to spell (at least one is inserted)."""
+        cut = self._healer().backoff(token_ids, keep=1) if heal and self.settings.heal else 0
+        kept = list(token_ids[: len(token_ids) - cut])
+        steps = self._append(self._context.force(self.ids, self.text, kept, source, self.settings, options))
+        if cut:
+            self._healing = b"".join(self._healer().pieces[i] for i in token_ids[-cut:])
+        return steps
+
+    def _healer(self):
+        return healer_for(self.model.tokenizer, self.model.vocab_size)
+
+    def _prefix(self) -> dict:
+        """The keyword a context takes while token healing has text to spell."""
+        return {} if self._healing is None else {"prefix": self._healing}
+
+    def _healed(self, prompt_ids, prompt: str):
+        """Token healing at the prompt: cut its last token(s) (healing.py says how many), which the first
+        steps spell again -> (the ids, the text) left. Only where the engine samples: a server draws itself."""
+        if not self.model.capabilities.local_sampling:
+            raise ValueError(NO_HEALING)
+        cut = self._healer().backoff(prompt_ids, keep=1)
+        data = b"".join(self._healer().pieces[i] for i in prompt_ids[len(prompt_ids) - cut :])
+        text = data.decode("utf-8", errors="replace")
+        if not cut or not prompt.endswith(text):  # a tokenizer that changed the text (normalised it): no healing
+            return prompt_ids, prompt
+        self._healing = data
+        return prompt_ids[: len(prompt_ids) - cut], prompt[: len(prompt) - len(text)]
 
     def _choose(self, options, encoded, source) -> list[Step]:
         probabilities = self._context.option_probabilities(self.ids, self.text, encoded, self.settings)
         best = max(range(len(options)), key=lambda i: (probabilities[i][0], probabilities[i][1], -i))
         recorded = tuple((option, p) for option, (p, _) in zip(options, probabilities))
-        return self._insert(encoded[best], source, options=recorded)
+        return self._insert(encoded[best], source, options=recorded, heal=False)  # an option is spelled whole
 
     def _fire_rules(self) -> bool:
         """Let the first rule whose trigger ends the text act, once per occurrence. True if it added steps."""

@@ -9,6 +9,8 @@ stored as a plain int, float, str, None or tuple of them, whatever type it came 
 import math
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 from engine.core.checks import MAX_INT, checked_float, checked_int
 
 MIN_TEMPERATURE = 0.01  # the floor guards against overflow in scores / T
@@ -52,6 +54,7 @@ class Settings:
     top_n_sigma: float | None = None  # keep scores within n standard deviations of the best; None = off
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, added score), by id; -inf bans (JSON: null)
     samplers: tuple[str, ...] = SAMPLERS  # the order of the stages
+    heal: bool = False  # token healing at the prompt and after inserted text (engine/core/healing.py)
 
     def __post_init__(self):
         t_allowed = f"0 or a finite number from {MIN_TEMPERATURE} to {MAX_TEMPERATURE:g}"
@@ -91,6 +94,7 @@ class Settings:
                                               "a number above 0 and at most 1000, or None"),
             "logit_bias": _logit_bias(self.logit_bias),
             "samplers": _samplers(self.samplers),
+            "heal": _flag("heal", self.heal),
         }  # fmt: skip
         for name, value in checked.items():
             object.__setattr__(self, name, value)
@@ -141,6 +145,12 @@ class Settings:
             data[name] = list(data[name])
         data["logit_bias"] = [[token_id, None if bias == -math.inf else bias] for token_id, bias in self.logit_bias]
         return data
+
+
+def _flag(name: str, value) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be true or false, got {value!r:.40}")
+    return bool(value)
 
 
 def _optional_fraction(name, value, ok, allowed):

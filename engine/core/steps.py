@@ -9,7 +9,11 @@ from engine.core.settings import Settings
 
 TOP_CANDIDATES = 20  # candidates kept per step: the chart's bars
 SOURCES = ("model", "forced", "rule", "tool")
-V3_STEP_FIELDS = ("stage_ranks", "xtc_draw")  # what trace schema 3 added to a step (absent from older traces)
+V3_STEP_FIELDS = (
+    "stage_ranks",
+    "xtc_draw",
+    "healing",
+)  # what trace schema 3 added to a step (absent from older traces)
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,7 @@ class Step:
     options: tuple[tuple[str, float], ...] | None = None  # a constrained choice: (option, probability)
     stage_ranks: tuple[tuple[str, int], ...] = ()  # the token's rank after each stage (1 = best, 0 = removed)
     xtc_draw: float | None = None  # XTC's draw at this step (None: XTC was off, or the step was not sampled)
+    healing: str | None = None  # token healing: the text this step had to start with (None: no healing)
 
     def to_dict(self) -> dict:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -150,7 +155,8 @@ class StepMaker:
             removed_by=tuple(removed.get(i) for i in range(len(top_list))),
         )
 
-    def make(self, scores, token_id: int, source: str, dists=None, draw=None, options=None, xtc_draw=None) -> Step:
+    def make(self, scores, token_id: int, source: str, dists=None, draw=None, options=None, xtc_draw=None,
+             healing=None) -> Step:  # fmt: skip
         dists = dists if dists is not None else self.distributions(scores)
         candidates = self.candidates(dists)
         token_id, choice = int(token_id), candidates.token_ids[0]
@@ -169,6 +175,7 @@ class StepMaker:
             options=options,
             stage_ranks=ranks,
             xtc_draw=xtc_draw,
+            healing=healing,
         )
 
 
@@ -179,10 +186,12 @@ def _step_from_dict(data) -> Step:
     missing = expected - set(data) - set(V3_STEP_FIELDS)
     if missing:
         raise ValueError(f"step field {sorted(missing)[0]!r} is missing")
-    values = {"stage_ranks": [], "xtc_draw": None, **data}
+    values = {"stage_ranks": [], "xtc_draw": None, "healing": None, **data}
     for name in ("token", "model_choice"):
         if not isinstance(values[name], str):
             raise ValueError(f"step field {name!r} must be a string")
+    if values["healing"] is not None and not isinstance(values["healing"], str):
+        raise ValueError("step field 'healing' must be null or a string")
     for name, lowest in (("token_id", -1), ("model_rank", 0), ("model_choice_id", -1)):
         if not isinstance(values[name], int) or isinstance(values[name], bool) or values[name] < lowest:
             raise ValueError(f"step field {name!r} must be an int >= {lowest}")

@@ -7,7 +7,7 @@ starting settings, so the forward passes run in the same chunks and the steps co
 same.
 
     {"schema": "token-playground/trace/3", "engine_version", "created_utc",
-     "model": {"name", "weights_sha256"}, "prompt", "prompt_token_ids", "settings": {... "seed"},
+     "model": {"name", "weights_sha256"}, "prompt", "prompt_text", "prompt_token_ids", "settings": {... "seed"},
      "rules": [described], "actions": [...], "steps": [Step.to_dict()...], "text", "stopped", "events"}
 
 A step's "candidates" are {"token_ids", "tokens", "raw", "stages": {stage name: probabilities}, "removed_by":
@@ -43,6 +43,7 @@ def session_trace(session) -> dict:
         "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "model": session.model.describe(),
         "prompt": session.prompt,
+        "prompt_text": session.prompt_text,  # the prompt less the end token healing cut (the steps spell it)
         "prompt_token_ids": list(session.prompt_ids),
         "settings": session.initial_settings.to_dict(),
         "rules": [rule.describe() for rule in session.initial_rules],
@@ -112,7 +113,10 @@ def validate_trace(trace) -> None:
             Step.from_dict(step)
         except ValueError as error:
             raise ValueError(f"trace field 'steps[{index}]': {error}") from None
-    if trace["text"] != trace["prompt"] + "".join(step["token"] for step in trace["steps"]):
+    prompt_text = trace.get("prompt_text", trace["prompt"])  # schema 3: the prompt less what healing cut
+    if not isinstance(prompt_text, str) or not trace["prompt"].startswith(prompt_text):
+        raise ValueError("trace field 'prompt_text' must be the prompt or a start of it")
+    if trace["text"] != prompt_text + "".join(step["token"] for step in trace["steps"]):
         raise ValueError("trace field 'text' is not the prompt followed by the steps' tokens")
 
 
