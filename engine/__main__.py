@@ -137,6 +137,10 @@ def _add_sampler_arguments(parser) -> None:
     parser.add_argument("--logit-bias", dest="logit_bias", action="append", default=argparse.SUPPRESS,
                         metavar="ID(+|-)BIAS", help="add a score to a token, as llama.cpp writes it: 15043+1.5, "
                         "15043-inf bans it (repeat the flag)")  # fmt: skip
+    grammar = parser.add_mutually_exclusive_group()
+    grammar.add_argument("--grammar", default=argparse.SUPPRESS, metavar="GBNF",
+                         help="a GBNF grammar the generated text must follow (llama.cpp backend)")  # fmt: skip
+    grammar.add_argument("--grammar-file", default=argparse.SUPPRESS, metavar="PATH", help="--grammar from a file")
     parser.add_argument("--heal", dest="heal", action="store_true", default=argparse.SUPPRESS,
                         help="token healing: cut the prompt's last token(s) and let the model spell them again "
                         "(a prompt ending in a space, or mid-word)")  # fmt: skip
@@ -151,6 +155,13 @@ def _sampler_settings(args) -> dict:
     given = {name: getattr(args, name) for name, *_ in SAMPLER_FLAGS.values() if hasattr(args, name)}
     if hasattr(args, "heal"):
         given["heal"] = True
+    if hasattr(args, "grammar"):
+        given["grammar"] = args.grammar
+    if hasattr(args, "grammar_file"):
+        try:
+            given["grammar"] = Path(args.grammar_file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise ValueError(f"cannot read the grammar file {args.grammar_file}: {error}") from None
     if hasattr(args, "dry_sequence_breakers"):
         given["dry_sequence_breakers"] = args.dry_sequence_breakers
     if hasattr(args, "logit_bias"):

@@ -236,6 +236,8 @@ class Controller(QObject):
         index = self.window.token_view.selected
         if self.running or index < 0 or not self.known.exists:
             return
+        if self._settings_refused():
+            return
         self.window.token_view.select(-1)
         self.window.continue_button.setEnabled(False)
         self._begin_run()
@@ -303,7 +305,16 @@ class Controller(QObject):
         self.window.controls.set_running(self.running, can_start=ok)
         return ok
 
+    def _settings_refused(self) -> bool:
+        """A samplers field the engine refuses: say so (the field shows it too) rather than use its last value."""
+        problem = self.window.controls.settings_problem()
+        if problem:
+            self._set_status(f"{problem} (Samplers tab)", error=True)
+        return bool(problem)
+
     def _request(self, then) -> dict | None:
+        if self._settings_refused():
+            return None
         try:
             rules = self.window.rules_panel.rules(self.model.tokenizer)
         except ValueError as error:

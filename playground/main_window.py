@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, Qt
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtGui import QAction, QColor, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
@@ -14,7 +14,9 @@ from PySide6.QtWidgets import (
     QMainWindow,
     QMessageBox,
     QPushButton,
+    QScrollArea,
     QSplitter,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )  # fmt: skip
@@ -68,6 +70,8 @@ class MainWindow(QMainWindow):
         self._layout()
         self._menu()
         self.controller = Controller(self, self.model)
+        self.controller.modelChanged.connect(lambda model: self.controls.samplers.set_vocab_size(model.vocab_size))
+        self.controls.samplers.changed.connect(self._mark_sampler_problem)
         self.exception_hook = ExceptionHook(self.controller.show_error)  # a failing slot reaches the status bar
         self.exception_hook.install()
         self._restore()
@@ -108,9 +112,21 @@ class MainWindow(QMainWindow):
         text_layout.addLayout(insert_row)
         text_layout.addWidget(self.insert_error)
 
+        self.sampler_scroll = sampler_scroll = QScrollArea(objectName="samplerScroll")  # a short window scrolls
+        sampler_scroll.setWidget(self.controls.samplers)
+        sampler_scroll.setWidgetResizable(True)
+        sampler_scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        sampler_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.side_tabs = QTabWidget(objectName="sideTabs")
+        self.side_tabs.addTab(self.rules_panel, "Rules")
+        self.side_tabs.addTab(sampler_scroll, "Samplers")
+        self.side_tabs.setTabToolTip(
+            1, "Penalties, DRY, XTC, typical-p, top-n-σ, logit bias, and the order of the stages"
+        )
+
         left = QSplitter(Qt.Orientation.Vertical)
         left.addWidget(self.controls)
-        left.addWidget(self.rules_panel)
+        left.addWidget(self.side_tabs)
         left.setStretchFactor(0, 0)
         left.setStretchFactor(1, 1)
 
@@ -166,22 +182,59 @@ class MainWindow(QMainWindow):
             except (ValueError, OSError) as error:
                 QMessageBox.warning(self, "Open trace", str(error))
 
+    def show_samplers(self) -> None:
+        self.side_tabs.setCurrentWidget(self.sampler_scroll)
+
+    def _mark_sampler_problem(self) -> None:
+        """The Samplers tab says when one of its fields keeps Generate off (and comes to the front, where the
+        field's message is, if the person is not there already: opening a trace, another model)."""
+        problem = self.controls.settings_problem()
+        index = self.side_tabs.indexOf(self.sampler_scroll)
+        title = "Samplers ⚠" if problem else "Samplers"
+        if self.side_tabs.tabText(index) != title:
+            self.side_tabs.setTabText(index, title)
+            self.side_tabs.tabBar().setTabTextColor(index, QColor("#e74c3c") if problem else QColor())
+            if problem:
+                self.side_tabs.setCurrentIndex(index)
+
     # --- remembered across launches ----------------------------------------------------------------------
     def _restore(self) -> None:
         default = DEFAULT_PROMPT if self.model.name == "story model" else "What is the capital of France?"
         self.controls.prompt.setPlainText(str(self.prefs.value(f"prompt/{self.model.name}", default)))
-        defaults = {"max_new_tokens": min(60, self.model.context_length), "temperature": 0.0, "seed": 0}
-        try:  # prefs are a file a person can edit: only settings the engine accepts are shown
-            saved = engine.Settings(**json.loads(str(self.prefs.value("settings", "")))).to_dict()
-        except (ValueError, TypeError, RecursionError):
-            saved = defaults
-        self.controls.set_settings(saved)
+        tab = str(self.prefs.value("sideTab", 0))
+        self.side_tabs.setCurrentIndex(int(tab) if tab.isdigit() and int(tab) < self.side_tabs.count() else 0)
+        self.controls.set_settings(self._saved_settings())
         self.chart.set_stage(str(self.prefs.value("stage", "final")))
+
+    def _saved_settings(self) -> dict:
+        """The remembered settings the engine accepts. Prefs are a file a person can edit, and an older or
+        newer version may have written them: a value the engine refuses, or a setting it does not know, is
+        left out (the control keeps its default), the others are kept."""
+        defaults = {"max_new_tokens": min(60, self.model.context_length), "temperature": 0.0, "seed": 0}
+        try:
+            saved = json.loads(str(self.prefs.value("settings", "")))
+        except (ValueError, RecursionError):
+            return defaults
+        if not isinstance(saved, dict):
+            return defaults
+        try:
+            return engine.Settings(**saved).to_dict()
+        except (ValueError, TypeError, RecursionError):
+            pass
+        kept = {}
+        for name, value in saved.items():  # one by one: each value that the engine takes with those before it
+            try:
+                engine.Settings(**{**kept, name: value})
+            except (ValueError, TypeError, RecursionError):
+                continue
+            kept[name] = value
+        return dict(defaults, **kept)
 
     def remember(self) -> None:
         self.prefs.setValue(f"prompt/{self.model.name}", self.controls.prompt.toPlainText())
         self.prefs.setValue("settings", json.dumps(self.controls.settings()))
         self.prefs.setValue("stage", self.chart.stage())
+        self.prefs.setValue("sideTab", self.side_tabs.currentIndex())
         self.prefs.sync()
 
     def closeEvent(self, event) -> None:

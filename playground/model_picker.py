@@ -85,6 +85,8 @@ class ModelPicker(QObject):
         self.hide_progress()
         vocab = model.vocab_size or 1_000_000  # a server's vocabulary size is not known
         self.controls.set_model_limits(vocab, model.context_length, model.capabilities.chat_template)
+        abilities = model.capabilities  # healing on by default for a GGUF file, where the engine samples
+        self.controls.samplers.set_model(abilities.local_sampling, abilities.grammar, model_backend(model) is not None)
         self.window.chart.set_full_distribution(model.capabilities.full_distribution)
 
     def set_found(self, found: list) -> None:

@@ -5,7 +5,8 @@ as hex (‹f0 9f›) until then, never U+FFFD; the steps' ids stay the model's o
 
 import pytest
 from PySide6.QtCore import Qt
-from test_window import WAIT, click_bar, step, type_prompt
+from PySide6.QtWidgets import QCheckBox, QComboBox, QLabel, QPlainTextEdit, QPushButton
+from test_window import WAIT, click_bar, generate, step, type_prompt
 
 import engine
 from playground import MainWindow
@@ -33,6 +34,8 @@ def win(qtbot, smollm2, prefs):
     qtbot.addWidget(window)
     window.show()
     qtbot.waitExposed(window)
+    assert window.controls.samplers.heal.isChecked()  # on by default for a GGUF file...
+    window.controls.samplers.heal.setChecked(False)  # ...off here: these tests insert text and read its tokens
     window.charts = []
     show = window.chart.show_candidates
 
@@ -198,3 +201,38 @@ def test_every_partial_token_has_a_readable_label(win, smollm2, pending):
             assert label == (pending + data).decode(), (token_id, data)
         checked += 1
     assert checked > (100 if not pending else 40_000)
+
+
+# --- issue 14: healing and grammars in the window (llama.cpp backend) -------------------------------------
+def test_a_grammar_from_the_examples_constrains_the_answer_and_the_chart_shows_it(qtbot, win):
+    panel = win.controls.samplers
+    heal = win.findChild(QCheckBox, "healBox")
+    assert heal.isEnabled()
+    heal.setChecked(True)
+    examples, grammar = win.findChild(QComboBox, "grammarExamples"), win.findChild(QPlainTextEdit, "grammarEdit")
+    assert grammar.isEnabled() and win.findChild(QLabel, "grammarNote").isHidden()
+    examples.activated.emit(examples.findText("yes or no"))
+    assert grammar.toPlainText() == 'root ::= ("yes" | "no") "."' and panel.values()["grammar"] == grammar.toPlainText()
+    type_prompt(qtbot, win, "Is the sky blue? Answer yes or no.")
+    win.controls.max_tokens.setValue(6)
+    assert generate(qtbot, win) == "end of text"
+    answer = "".join(step.token for step in win.token_view.steps())
+    assert answer.removesuffix("<|im_end|>") in ("yes.", "no.")
+    first = win.token_view.steps()[0]
+    assert first.candidates.stage_names[0] == "grammar" and first.candidates.removed_by[0] == "grammar"  # "Yes"
+    trace = win.controller.trace()
+    assert trace["settings"]["grammar"] == grammar.toPlainText() and trace["settings"]["heal"] is True
+
+    grammar.setPlainText("root ::= (")  # a grammar that does not parse: llama.cpp's message, nothing runs
+    with qtbot.waitSignal(win.controller.message, timeout=WAIT) as blocker:
+        qtbot.mouseClick(win.findChild(QPushButton, "resetButton"), Qt.MouseButton.LeftButton)
+        qtbot.mouseClick(win.findChild(QPushButton, "generateButton"), Qt.MouseButton.LeftButton)
+    assert "the grammar does not parse" in blocker.args[0] and "expecting ')'" in blocker.args[0]
+
+
+def test_the_story_model_offers_healing_but_no_grammar(qtbot, window):
+    assert window.findChild(QCheckBox, "healBox").isEnabled() and not window.findChild(QCheckBox, "healBox").isChecked()
+    assert not window.findChild(QPlainTextEdit, "grammarEdit").isEnabled()
+    note = window.findChild(QLabel, "grammarNote")
+    assert not note.isHidden() and "llama.cpp" in note.text()  # (on the Samplers tab)
+    assert window.controls.settings()["grammar"] is None

@@ -6,6 +6,8 @@ each step was chosen from is kept by position, so a rewind needs no forward pass
 text is fed only when the next position's scores are needed.
 """
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from engine.core import penalties
@@ -16,6 +18,17 @@ from engine.core.settings import Settings
 from engine.core.steps import Candidates, Step, StepMaker
 
 
+@dataclass
+class GrammarState:
+    """A grammar in use: it constrains the text from position `start`; `accepted` are the tokens since."""
+
+    grammar: object
+    text: str
+    start: int
+    accepted: list = field(default_factory=list)
+    broken: bool = False  # a token it refused was taken (forced): it has no say from there
+
+
 class LocalContext:
     def __init__(self, model):
         self.model = model
@@ -24,6 +37,7 @@ class LocalContext:
         self._texts: dict[int, str] = {}  # token id -> text, decoded once (shared by every StepMaker)
         self._maker = StepMaker(model.tokenizer, Settings(), self._texts)
         self._dry: dict[tuple[str, ...], object] = {}  # DRY's breakers per set of breaker strings
+        self._grammar: GrammarState | None = None
 
     # --- the contract ------------------------------------------------------------------------------------
     def candidates(self, ids, text, settings, prefix: bytes | None = None) -> Candidates:
@@ -102,7 +116,34 @@ class LocalContext:
                     settings.dry_sequence_breakers
                 )
         healing = None if prefix is None else healer_for(self.model.tokenizer, self.model.vocab_size).allowed(prefix)
-        return ChainInput(np.asarray(ids, dtype=np.int64), xtc_draw, breakers, healing)
+        # while healing spells the cut end of the prompt (or of an inserted text), the grammar waits: it
+        # constrains what comes after (from the token that completes the healing on; that token is free)
+        grammar = (
+            None if settings.grammar is None or prefix is not None else self._grammar_allowed(ids, settings.grammar)
+        )
+        return ChainInput(np.asarray(ids, dtype=np.int64), xtc_draw, breakers, healing, grammar)
+
+    def _grammar_allowed(self, ids, text: str) -> np.ndarray | None:
+        """The tokens the grammar allows at position len(ids): it constrains the text from the position where
+        it was first used, advanced by every token since (again from its start after a rewind). After a token
+        it refuses (forced), it has no say: None."""
+        state = self._grammar
+        if state is None or state.text != text or len(ids) < state.start:
+            if state is not None:
+                state.grammar.close()
+            state = self._grammar = GrammarState(self.model.grammar(text), text, len(ids))
+        taken = list(ids[state.start :])
+        rewound = state.broken and len(taken) <= len(state.accepted)  # back before the token it refused
+        if rewound or state.accepted != taken[: len(state.accepted)]:  # a rewind or another branch: start again
+            state.grammar.reset()
+            state.accepted, state.broken = [], False
+        for token_id in taken[len(state.accepted) :]:
+            if state.broken or not state.grammar.allows(token_id):
+                state.broken = True
+                break
+            state.grammar.accept(token_id)
+            state.accepted.append(token_id)
+        return None if state.broken else state.grammar.allowed()
 
     def _dry_breakers(self, strings) -> penalties.DryBreakers:
         """DRY's breakers for this vocabulary, from each token's own bytes (as llama.cpp detokenizes them)."""
@@ -164,10 +205,19 @@ class LocalBackend:
             local_tokenizer=True,
             chat_template=self.has_chat_template(),
             streaming=False,
+            grammar=self.has_grammars(),
         )
 
     def has_chat_template(self) -> bool:
         return False
+
+    def has_grammars(self) -> bool:
+        return False
+
+    def grammar(self, text: str):
+        """A compiled GBNF grammar (allowed(), allows(id), accept(id), reset()); ValueError when it does not
+        parse, or where this backend has no grammars."""
+        raise ValueError(f'grammars need the llama.cpp backend ({self.name} runs elsewhere): pip install ".[llama]"')
 
     def chat_prompt(self, user_text: str) -> str:
         raise ValueError(f"{self.name} has no chat template: send the text as it is")

@@ -30,6 +30,7 @@ class Capabilities:
     local_tokenizer: bool  # tokenizing asks nobody (else a request: never from the GUI thread)
     chat_template: bool  # chat_prompt renders the model's own template
     streaming: bool  # several tokens per request: Session.step(stream=True) uses one open stream
+    grammar: bool = False  # GBNF grammars as a stage: `Backend.grammar(text)` (llama.cpp's own grammar sampler)
 
 
 class Tokenizer(Protocol):

@@ -3,7 +3,8 @@ token(s), and the next tokens the model writes must spell what was cut first, so
 boundary itself instead of continuing from one it rarely saw (guidance's and transformers' token healing).
 
     backoff(ids)     how many tokens to cut from the end: one, or more where one is not enough (the cut text
-                     is part of a character, or a token of the vocabulary spans the boundary before it)
+                     is part of a character, or a token of the vocabulary spans the boundary before it); none
+                     after a line break
     allowed(prefix)  the tokens that keep to a prefix still to spell: those that start with it, and those
                      that are a start of it (the rest is then spelled by the tokens after)
     advance(prefix, token_id)  what remains to spell after a token (None: done, or the token broke it)
@@ -53,7 +54,11 @@ class Healer:
         return None  # spelled (the token starts with the prefix), or a forced token that does not keep to it
 
     def backoff(self, ids, keep: int = 1) -> int:
-        """How many of the last ids to cut (0 to MAX_BACKOFF_TOKENS), leaving at least `keep`."""
+        """How many of the last ids to cut (0 to MAX_BACKOFF_TOKENS), leaving at least `keep`. A text that ends
+        a line is left whole: a line break is a boundary every tokenizer keeps (and a chat template's turn
+        ends with one), so there is nothing to heal."""
+        if not ids or self.pieces[ids[-1]].endswith(b"\n"):
+            return 0
         count = 0
         while count < min(MAX_BACKOFF_TOKENS, len(ids) - keep):
             cut = b"".join(self.pieces[i] for i in ids[len(ids) - count - 1 :])

@@ -21,7 +21,7 @@ llama.cpp that llama-cpp-python 0.3.36 vendors) and matches it within float32 ro
                  xtc_threshold but the least likely of them
 
 Token healing (engine/core/healing.py) comes first, as a stage named "healing", at the steps that must
-spell a cut text. The contract's four (temperature, top-k, top-p, min-p) run wherever the order holds them, as no-ops at
+spell a cut text; then a grammar's allowed tokens ("grammar", llama.cpp backend), while one is set. The contract's four (temperature, top-k, top-p, min-p) run wherever the order holds them, as no-ops at
 neutral settings (top_k None, top_p None or 1, min_p None or 0), so every step records them; the others run
 only where their settings are on. The contract's filters renormalise as they always have (summing the whole
 row), so with the default settings the chain is the generation contract's bit for bit and recorded traces
@@ -139,6 +139,7 @@ class ChainInput:
     xtc_draw: float | None = None
     dry_breakers: object = None
     healing: np.ndarray | None = None  # token healing: the ids that keep to the text still to spell (ascending)
+    grammar: np.ndarray | None = None  # a grammar's allowed ids (ascending); None: no grammar has a say
 
 
 NO_INPUT = ChainInput()  # a row alone: no history, no XTC draw, no DRY breakers
@@ -159,10 +160,10 @@ def rescored(row: Row, logits) -> Row:
 
 def on_scores(row: Row, change) -> Row:
     """A stage that changes scores by token id (change: [V] scores -> [V] scores), on a whole row or a kept one."""
-    if row.ids is None:
-        new = change(row.logits)
-        return row if new is row.logits else rescored(row, new)
-    return rescored(row, change(row.dense_logits())[row.ids])
+    new = change(row.logits) if row.ids is None else change(row.dense_logits())[row.ids]
+    if new is row.logits or not np.isfinite(new).any():
+        return row  # unchanged, or a ban of every token left (after greedy, say): it gives way, leaving one
+    return rescored(row, new)
 
 
 def kept(row: Row, positions, contract: bool = False) -> Row:
@@ -185,6 +186,13 @@ def filtered(row: Row, new_logits) -> Row:
     """The row after a filter that marked what it removed with -inf (filters.py's functions)."""
     removed = np.isneginf(new_logits) & ~np.isneginf(row.logits)
     return row if not removed.any() else kept(row, np.flatnonzero(~removed))
+
+
+def _allowed(row: Row, token_ids) -> Row:
+    """The row with only these tokens (those of them still in it); none left: the row unchanged (a grammar
+    that healing has led astray gives way rather than leave nothing to draw)."""
+    at, inside = row.positions(token_ids)
+    return kept(row, at[inside]) if inside.any() else row
 
 
 def _temperature(row: Row, t: float) -> Row:
@@ -228,6 +236,8 @@ def run_chain(stages: tuple[Stage, ...], scores, raw, given: ChainInput = NO_INP
     after, row = {}, Row(scores, raw, len(scores))
     if given.healing is not None:  # first: what the model wants, among the tokens that keep to the text
         row = after["healing"] = kept(row, given.healing)
+    if given.grammar is not None:  # then what the grammar allows (where it allows nothing, the end tokens)
+        row = after["grammar"] = _allowed(row, given.grammar)
     for stage in stages:
         row = after[stage.name] = stage.apply(row, given)
     return after

@@ -26,6 +26,7 @@ class Session:
         """samplers: the other Settings fields (repeat_penalty, dry_multiplier, samplers=order, ...)."""
         self.settings = Settings(max_new_tokens, temperature, top_k, top_p, min_p, seed, **_known(samplers))
         self.settings.check_vocab(model.vocab_size)
+        _check_grammar(model, self.settings)
         self.initial_settings = self.settings  # a trace starts from these; "settings" actions change them
         if not isinstance(prompt, str):
             raise ValueError(f"prompt must be a string, got {type(prompt).__name__}")
@@ -223,6 +224,8 @@ class Session:
             return new
         if new.heal and not self.model.capabilities.local_sampling:
             raise ValueError(NO_HEALING)
+        if new.grammar != self.settings.grammar:
+            _check_grammar(self.model, new)
         self.interrupt()
         self._log({"kind": "settings", "settings": new.to_dict()})
         same_stream = replace(new, max_new_tokens=self.settings.max_new_tokens) == self.settings
@@ -484,3 +487,12 @@ def _known(samplers: dict) -> dict:
     if unknown:
         raise ValueError(f"unknown setting {unknown[0]!r}; settings are {sorted(names)}")
     return samplers
+
+
+def _check_grammar(model, settings: Settings) -> None:
+    """A grammar needs a backend with grammars, and must parse (ValueError with the backend's message)."""
+    if settings.grammar is None:
+        return
+    if not model.capabilities.grammar:
+        raise ValueError(f"grammars need the llama.cpp backend; {model.name} cannot constrain its tokens to one")
+    model.grammar(settings.grammar).close()  # compiled once here to report a parse error now

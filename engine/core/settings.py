@@ -11,11 +11,12 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from engine.core.checks import MAX_INT, checked_float, checked_int
+from engine.core.checks import MAX_INT, checked_float, checked_int, checked_text
 
 MIN_TEMPERATURE = 0.01  # the floor guards against overflow in scores / T
 MAX_TEMPERATURE = 100.0  # softmax(scores / 100) is already flat for any real model; the cap keeps it finite
 MAX_SEED = MAX_INT
+MAX_GRAMMAR_CHARS = 100_000
 MAX_PENALTY = 1e6  # presence, frequency and logit-bias magnitudes: far past any useful value, and finite
 
 CONTRACT_ORDER = ("temperature", "top_k", "top_p", "min_p")  # the generation contract's stages, always run
@@ -55,6 +56,7 @@ class Settings:
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, added score), by id; -inf bans (JSON: null)
     samplers: tuple[str, ...] = SAMPLERS  # the order of the stages
     heal: bool = False  # token healing at the prompt and after inserted text (engine/core/healing.py)
+    grammar: str | None = None  # GBNF (llama.cpp's grammar format, a `root` rule) the generated text must follow
 
     def __post_init__(self):
         t_allowed = f"0 or a finite number from {MIN_TEMPERATURE} to {MAX_TEMPERATURE:g}"
@@ -95,6 +97,7 @@ class Settings:
             "logit_bias": _logit_bias(self.logit_bias),
             "samplers": _samplers(self.samplers),
             "heal": _flag("heal", self.heal),
+            "grammar": _grammar(self.grammar),
         }  # fmt: skip
         for name, value in checked.items():
             object.__setattr__(self, name, value)
@@ -151,6 +154,15 @@ def _flag(name: str, value) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise ValueError(f"{name} must be true or false, got {value!r:.40}")
     return bool(value)
+
+
+def _grammar(text) -> str | None:
+    """GBNF text (its parse is llama.cpp's: the backend checks it) or None."""
+    if text is None:
+        return None
+    if not isinstance(text, str) or not text.strip() or len(text) > MAX_GRAMMAR_CHARS:
+        raise ValueError(f"grammar must be GBNF text of 1 to {MAX_GRAMMAR_CHARS:,} characters, or None")
+    return checked_text(text, "grammar")
 
 
 def _optional_fraction(name, value, ok, allowed):

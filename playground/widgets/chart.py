@@ -2,15 +2,19 @@
 probability at the end of each bar), the chosen one highlighted, and a switch between the stages of the
 sampler chain, built from the stages the candidates carry (by name: a server gives only the raw
 softmax). Where a stage puts all probability on one token (greedy decoding), the bars show the raw
-softmax instead, with that token marked, and a note says so. The bar item and the labels are created once
-and updated in place; repaints are throttled to at most 60 per second however fast steps arrive."""
+softmax instead, with that token marked, and a note says so. A candidate that a stage removed (by the stage
+shown) is greyed and says so at its bar ("removed by top-p"); hovering a bar shows its token id, the stage
+that removed it and its probability after every stage. The switch wraps onto more lines for a long chain.
+The bar item and the labels are created once and updated in place; repaints are throttled to at most 60 per
+second however fast steps arrive."""
 
+import html
 import re
 
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, Qt, QTimer, Signal
+from PySide6.QtCore import QPoint, QPointF, QRect, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFont, QPalette
-from PySide6.QtWidgets import QButtonGroup, QGridLayout, QLabel, QRadioButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QButtonGroup, QLabel, QLayout, QRadioButton, QToolTip, QVBoxLayout, QWidget
 
 from engine import STAGE_NAMES, TOP_CANDIDATES
 
@@ -19,15 +23,26 @@ LABEL_SPACE = -0.42  # the x range left of 0 that holds the token labels
 RIGHT_EDGE = 1.2  # room right of a full bar for its value ("1.000") in a narrow chart
 LIVE_FPS = 15  # while tokens stream: a person cannot read faster, and painting competes for the GIL
 EMPTY_HINT = "Press Step (Ctrl+→): the next token's\ncandidates appear here as bars.\nClick a bar to force that token."
+REMOVED_COLOR = "#8a8a8a"  # a removed candidate's label: grey on the light and the dark palettes
 BYTES_LABEL = re.compile(r"(‹[0-9a-f ]+›)")  # playground/token_text.py's pending_label
-ONE_TOKEN_NOTE = ("This stage puts all probability on one token (greedy at temperature 0): the bars show the "
-                  "model's raw softmax, the token taken in orange.")  # fmt: skip
+ONE_TOKEN_NOTE = ("By this stage one token holds all probability (greedy at temperature 0, or a filter kept only "
+                  "it): the bars show the model's raw softmax, that token in orange.")  # fmt: skip
 
 
 def _percent(p: float) -> str:
     if p == 0:
         return "0"
     return f"{p:.3f}" if p >= 0.001 else f"{p:.0e}"
+
+
+STAGE_LABELS = {"logit_bias": "logit bias", "penalties": "penalties", "dry": "DRY", "temperature": "temperature",
+                "top_k": "top-k", "top_p": "top-p", "min_p": "min-p", "top_n_sigma": "top-n-σ",
+                "typical_p": "typical-p", "xtc": "XTC"}  # fmt: skip
+
+
+def stage_label(name: str) -> str:
+    """A stage's name as the window writes it ("top_k" -> "top-k", "dry" -> "DRY")."""
+    return STAGE_LABELS.get(name, name.replace("_", "-"))
 
 
 def stage_keys(names) -> tuple[str, ...]:
@@ -40,7 +55,16 @@ def stage_text(key: str, names) -> str:
         return "raw softmax"
     if key == "final":
         return "final"
-    return "after " + key.replace("_", "-")
+    return "after " + stage_label(key)
+
+
+def removed_by(candidates, key: str) -> list[str | None]:
+    """Per candidate: the stage that removed it by the switch's stage `key` (None: still in, or not recorded)."""
+    names = candidates.stage_names
+    if not candidates.removed_by or key == "raw":
+        return [None] * len(candidates.token_ids)
+    ran = set(names if key == "final" or key not in names else names[: names.index(key) + 1])
+    return [stage if stage in ran else None for stage in candidates.removed_by]
 
 
 def bar_label(token: str) -> str:
@@ -49,6 +73,65 @@ def bar_label(token: str) -> str:
     for index in range(0, len(parts), 2):
         parts[index] = parts[index].replace("\n", "↵").replace(" ", "·")
     return "".join(parts) or "∅"
+
+
+class FlowLayout(QLayout):
+    """Widgets left to right, wrapping onto the next line where the width runs out (the stage switch: up to
+    a dozen stages in a narrow chart)."""
+
+    def __init__(self, parent=None, spacing: int = 10, line_spacing: int = 2):
+        super().__init__(parent)
+        self._items = []
+        self._spacing, self._line_spacing = spacing, line_spacing
+        self.setContentsMargins(0, 0, 0, 0)
+
+    def addItem(self, item) -> None:
+        self._items.append(item)
+
+    def count(self) -> int:
+        return len(self._items)
+
+    def itemAt(self, index: int):
+        return self._items[index] if 0 <= index < len(self._items) else None
+
+    def takeAt(self, index: int):
+        return self._items.pop(index) if 0 <= index < len(self._items) else None
+
+    def expandingDirections(self) -> Qt.Orientation:
+        return Qt.Orientation(0)
+
+    def hasHeightForWidth(self) -> bool:
+        return True
+
+    def heightForWidth(self, width: int) -> int:
+        return self._arrange(QRect(0, 0, width, 0), move=False)
+
+    def setGeometry(self, rect: QRect) -> None:
+        super().setGeometry(rect)
+        self._arrange(rect, move=True)
+
+    def sizeHint(self) -> QSize:
+        return self.minimumSize()
+
+    def minimumSize(self) -> QSize:
+        size = QSize()
+        for item in self._items:
+            size = size.expandedTo(item.minimumSize())
+        return size
+
+    def _arrange(self, rect: QRect, move: bool) -> int:
+        x, y, line = rect.x(), rect.y(), 0
+        for item in self._items:
+            if item.isEmpty():
+                continue
+            hint = item.sizeHint()
+            if x > rect.x() and x + hint.width() > rect.right() + 1:  # wrap
+                x, y, line = rect.x(), y + line + self._line_spacing, 0
+            if move:
+                item.setGeometry(QRect(QPoint(x, y), hint))
+            x += hint.width() + self._spacing
+            line = max(line, hint.height())
+        return y + line - rect.y()
 
 
 class DistributionChart(QWidget):
@@ -96,12 +179,13 @@ class DistributionChart(QWidget):
         self.empty_hint.setPos((LABEL_SPACE + RIGHT_EDGE) / 2, TOP_CANDIDATES / 2 - 2)
         self.plot.addItem(self.empty_hint)
         self.plot.scene().sigMouseClicked.connect(self._clicked)
+        self.plot.scene().sigMouseMoved.connect(self._hovered)
 
         self.stage_buttons = QButtonGroup(self)
         self.stage_buttons.idClicked.connect(lambda _id: self._mark_dirty())
-        stage_row = QGridLayout()  # rows of two: the chart can then be narrow
-        stage_row.addWidget(QLabel("Stage:"), 0, 0)
-        stage_row.setColumnStretch(3, 1)
+        self.stage_box = QWidget(objectName="stageSwitch")
+        stage_row = FlowLayout(self.stage_box)  # wraps: the chart can be narrow and the chain long
+        stage_row.addWidget(QLabel("Stage:"))
         self._stage_row, self._stage_names, self._keys = stage_row, None, ()
         self._full = True
         self.set_stages(STAGE_NAMES)
@@ -109,7 +193,7 @@ class DistributionChart(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.title)
-        layout.addLayout(stage_row)
+        layout.addWidget(self.stage_box)
         layout.addWidget(self.stage_note)
         layout.addWidget(self.plot, 1)
         layout.addWidget(self.source_note)
@@ -158,19 +242,20 @@ class DistributionChart(QWidget):
         chosen = self.stage() if self._keys else "final"
         for button in self.stage_buttons.buttons():
             self.stage_buttons.removeButton(button)
+            self._stage_row.removeWidget(button)
             button.deleteLater()
         self._stage_names, self._keys = names, stage_keys(names)
         for index, key in enumerate(self._keys):
             text = stage_text(key, names)
             button = QRadioButton(text, objectName=f"stage_{key}")
-            last = names[-1].replace("_", "-") if names else "the chain"
+            last = stage_label(names[-1]) if names else "the chain"
             button.setToolTip(
                 "show the candidates' probabilities "
                 + (text if key != "final" else f"after {last}: what the draw uses")
             )
             button.setEnabled(self._full or key == "raw")
             self.stage_buttons.addButton(button, index)
-            self._stage_row.addWidget(button, index // 2, 1 + index % 2)
+            self._stage_row.addWidget(button)
         self.set_stage(chosen)
 
     def shown(self) -> list[tuple[str, float]]:
@@ -186,6 +271,42 @@ class DistributionChart(QWidget):
     def marked(self) -> list[int]:
         """The rows drawn in orange (the token taken, or the one a one-token stage would take)."""
         return [row for row, chosen in enumerate(self._drawn_chosen or []) if chosen]
+
+    def value_texts(self) -> list[str]:
+        """The texts at the bars' ends as drawn: a probability, or "removed by top-k" for a removed token."""
+        return [label.textItem.toPlainText() for label in self._values[: len(self._candidates.token_ids)]] if (
+            self._candidates is not None) else []  # fmt: skip
+
+    def removed_rows(self) -> list[int]:
+        """The rows drawn as removed (greyed, "removed by ...") in the stage shown."""
+        return [row for row, stage in enumerate(self._drawn_removed or []) if stage]
+
+    def hover_text(self, row: int) -> str:
+        """What hovering bar `row` shows: the token, its id, the stage that removed it, and its probability
+        after each stage."""
+        candidates = self._candidates
+        if candidates is None or not 0 <= row < len(candidates.token_ids):
+            return ""
+        token_id = candidates.token_ids[row]
+        head = f"<b>{html.escape(repr(self._bar_texts()[row]))}</b>"
+        if token_id >= 0:
+            head += f" &nbsp;token id {token_id}"
+        if self._chosen is not None and token_id == self._chosen:
+            head += " &nbsp;(the token taken)"
+        removed = candidates.removed_by_stage(row)
+        lines = [head, f"<b>removed by {stage_label(removed)}</b>" if removed
+                 else ("kept by every stage" if candidates.removed_by else "")]  # fmt: skip
+        keys = stage_keys(candidates.stage_names) if candidates.stages else ("raw",)
+        cells = "".join(f"<tr><td>{stage_text(key, candidates.stage_names)}</td><td align=right>&nbsp;&nbsp;"
+                        f"{_percent(candidates.stage(key)[row])}</td></tr>" for key in keys)  # fmt: skip
+        return "<br>".join(line for line in lines if line) + f"<table cellspacing=0>{cells}</table>"
+
+    def _removed_now(self, candidates, only) -> list[str | None]:
+        """Per row: the stage that removed it by the stage shown, where the bars show that stage's own values
+        (not the raw softmax a one-token stage is drawn with)."""
+        if only is not None or len(candidates.stage(self.stage())) != len(candidates.tokens):
+            return [None] * len(candidates.token_ids)
+        return removed_by(candidates, self.stage())
 
     def _bar_texts(self) -> tuple[str, ...]:
         if self._candidates is None:
@@ -229,7 +350,9 @@ class DistributionChart(QWidget):
         self._bars.setOpts(pens=[pg.mkPen(None)] * TOP_CANDIDATES)
         for label in self._values:
             label.setColor(text)
+        self._text_color, self._removed_color = text, QColor(REMOVED_COLOR)
         self._drawn_chosen = None
+        self._drawn_removed = None
         self._drawn_tokens = None
         self._mark_dirty()
 
@@ -265,8 +388,19 @@ class DistributionChart(QWidget):
             for row, label in enumerate(self._tokens):
                 label.setText(bar_label(tokens[row]) if row < len(tokens) else "")
             self._drawn_tokens = tokens
+        removed = self._removed_now(candidates, only) if candidates is not None else []
+        removed += [None] * (TOP_CANDIDATES - len(removed))
+        if removed != self._drawn_removed:  # a removed token: greyed, "removed by top-p" where its value was
+            for row in range(TOP_CANDIDATES):
+                color = self._removed_color if removed[row] else self._text_color
+                self._tokens[row].setColor(color)
+                self._values[row].setColor(color)
+            self._drawn_removed = removed
         for row, label in enumerate(self._values):
-            text = _percent(probabilities[row]) if row < rows else ""
+            if row >= rows:
+                text = ""
+            else:
+                text = f"removed by {stage_label(removed[row])}" if removed[row] else _percent(probabilities[row])
             if label.textItem.toPlainText() != text:
                 label.setText(text)
             if row < rows and label.pos().x() != probabilities[row] + 0.01:
@@ -283,6 +417,16 @@ class DistributionChart(QWidget):
         row = round(point.y())
         if 0 <= row < len(self._candidates.token_ids) and point.x() >= LABEL_SPACE:  # a bar or its label
             self.barClicked.emit(self._candidates.token_ids[row], self._candidates.tokens[row])
+
+    def _hovered(self, scene_pos) -> None:
+        point = self.plot.getPlotItem().vb.mapSceneToView(QPointF(scene_pos))
+        row = round(point.y())
+        text = self.hover_text(row) if point.x() >= LABEL_SPACE else ""
+        if text:
+            where = self.plot.viewport().mapToGlobal(self.plot.mapFromScene(QPointF(scene_pos)))
+            QToolTip.showText(where, text, self.plot)
+        else:
+            QToolTip.hideText()
 
     def bar_scene_position(self, row: int) -> QPointF:
         """Where bar `row` (or its label) is drawn, in scene coordinates (tests click it there)."""

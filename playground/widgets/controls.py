@@ -1,10 +1,12 @@
 """The controls: the prompt, the sampler settings, and the run buttons. Values outside what the engine
 accepts cannot be entered (ranges, special 'off' values); a prompt the model cannot encode is underlined
-at the offending character with the engine's own message."""
+at the offending character with the engine's own message. The other sampler stages' settings and their
+order are in `samplers` (a SamplerPanel, which the window lays out beside the rules); they join settings(),
+and while one of its fields holds something the engine refuses, Generate and Step stay off."""
 
 import random
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QColor, QKeySequence, QShortcut, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -24,7 +26,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )  # fmt: skip
 
+import engine
 from engine import MAX_SEED, MAX_TEMPERATURE
+
+from .sampler_panel import SamplerPanel
 
 SLIDER_TEMPERATURE = 5.0  # the slider covers the useful range; the spin box takes the engine's whole range
 SETTING_LABELS = {"max_new_tokens": "max new tokens", "temperature": "temperature", "top_k": "top-k",
@@ -40,6 +45,9 @@ class PromptEdit(QPlainTextEdit):
         self.setTabChangesFocus(True)
         self.setMinimumHeight(60)
         self.setMaximumHeight(140)
+
+    def sizeHint(self) -> QSize:
+        return QSize(super().sizeHint().width(), 84)  # four lines; the splitter gives it more on request
 
     def mark_error(self, position: int | None, color: str = ERROR_COLOR) -> None:
         """Underline the character at `position` (None clears the mark)."""
@@ -118,6 +126,8 @@ class Controls(QWidget):
         self.max_tokens = QSpinBox(objectName="maxTokensSpin")
         self.max_tokens.setRange(1, max(1, context_length))
         self.max_tokens.setToolTip("stop after this many new tokens")
+        self.samplers = SamplerPanel(vocab_size)  # laid out by the window
+        self._running, self._can_start = False, True
 
         self.generate = QPushButton("Generate", objectName="generateButton")
         self.generate.setToolTip("Generate until the model stops (Ctrl+Return)")
@@ -132,15 +142,20 @@ class Controls(QWidget):
         for button, signal in ((self.generate, self.generateClicked), (self.step, self.stepClicked),
                                (self.stop, self.stopClicked), (self.reset, self.resetClicked)):  # fmt: skip
             button.clicked.connect(signal)
-        for keys, signal in (("Ctrl+Return", self.generateClicked), ("Ctrl+Enter", self.generateClicked),
-                             ("Ctrl+Right", self.stepClicked), ("Escape", self.stopClicked),
-                             ("Ctrl+R", self.resetClicked)):  # fmt: skip
+        for keys, signal, checked in (("Ctrl+Return", self.generateClicked, True),
+                                      ("Ctrl+Enter", self.generateClicked, True), ("Ctrl+Right", self.stepClicked, True),
+                                      ("Escape", self.stopClicked, False), ("Ctrl+R", self.resetClicked, False)):  # fmt: skip
             shortcut = QShortcut(QKeySequence(keys), self)
             shortcut.setContext(Qt.ShortcutContext.WindowShortcut)
-            shortcut.activated.connect(signal.emit)
+            # Generate and Step wait, as their buttons do, until the samplers' fields hold what the engine takes
+            shortcut.activated.connect(self._when_settings_ok(signal) if checked else signal.emit)
 
         for spin in (self.temperature, self.top_k, self.top_p, self.min_p, self.seed, self.max_tokens):
             spin.setKeyboardTracking(False)
+        for spin in (self.temperature, self.top_k, self.top_p, self.min_p):
+            spin.valueChanged.connect(lambda _value: self._show_active_stages())
+        self.samplers.changed.connect(self._samplers_changed)
+        self._show_active_stages()
 
         grid = QGridLayout()
         grid.setHorizontalSpacing(10)
@@ -193,7 +208,9 @@ class Controls(QWidget):
 
     # --- values ----------------------------------------------------------------------------------------
     def settings(self) -> dict:
-        """The engine settings the controls show (0 means off for top-k, top-p and min-p)."""
+        """The engine settings the controls show (0 means off for top-k, top-p and min-p), the samplers panel's
+        included (a field of it that holds what the engine refuses gives its last good value: settings_problem
+        says so)."""
         return {
             "max_new_tokens": self.max_tokens.value(),
             "temperature": round(self.temperature.value(), 2),
@@ -201,21 +218,55 @@ class Controls(QWidget):
             "top_p": round(self.top_p.value(), 2) or None,
             "min_p": round(self.min_p.value(), 3) or None,
             "seed": self.seed.value(),
+            **self.samplers.values(),
         }
+
+    def settings_problem(self) -> str | None:
+        """The engine's message for a samplers field it refuses (a logit bias it cannot read), or None."""
+        return self.samplers.problem()
 
     def set_settings(self, settings: dict) -> list[str]:
         """Show engine settings (validated ones: a trace's, or remembered ones). -> what the controls could
         not show exactly ("max new tokens 5000 shown as 2048"): a spin box keeps to its range and decimals."""
-        asked = dict(self.settings(), **{k: v for k, v in settings.items() if k in SETTING_LABELS})
+        shown_now = self.settings()
+        asked = dict(
+            {k: shown_now[k] for k in SETTING_LABELS}, **{k: v for k, v in settings.items() if k in SETTING_LABELS}
+        )
         self.max_tokens.setValue(int(asked["max_new_tokens"]))
         self.temperature.setValue(float(asked["temperature"] or 0.0))
         self.top_k.setValue(int(asked["top_k"] or 0))
         self.top_p.setValue(float(asked["top_p"] or 0.0))
         self.min_p.setValue(float(asked["min_p"] or 0.0))
         self.seed.setValue(int(asked["seed"] or 0))
+        panel_not_shown = self.samplers.set_values(settings)
         shown = self.settings()
         return [f"{label} {asked[name] or 'off'} shown as {shown[name] or 'off'}"
-                for name, label in SETTING_LABELS.items() if (asked[name] or None) != (shown[name] or None)]  # fmt: skip
+                for name, label in SETTING_LABELS.items() if (asked[name] or None) != (shown[name] or None)] + (
+            panel_not_shown)  # fmt: skip
+
+    def _samplers_changed(self) -> None:
+        self._show_active_stages()
+        self.set_running(self._running, self._can_start)  # a field the engine refuses keeps Generate off
+
+    def _show_active_stages(self) -> None:
+        """Grey the stages in the samplers' order that do not run with the settings shown: the contract's
+        four where neutral (temperature always runs: it decides greedy or sampled), the others where off."""
+        settings = self.settings()
+        try:
+            checked = engine.Settings(**settings)
+        except (ValueError, TypeError):
+            return  # (cannot happen: every control keeps to what the engine takes)
+        neutral = {"top_k": settings["top_k"] is None, "top_p": settings["top_p"] in (None, 1),
+                   "min_p": not settings["min_p"]}  # fmt: skip
+        self.samplers.show_active({stage: checked.active(stage) and not neutral.get(stage, False)
+                                   for stage in engine.SAMPLERS})  # fmt: skip
+
+    def _when_settings_ok(self, signal):
+        def emit():
+            if self.settings_problem() is None:
+                signal.emit()
+
+        return emit
 
     def set_model_limits(self, vocab_size: int, context_length: int, has_chat_template: bool) -> None:
         self.top_k.setRange(0, vocab_size)
@@ -233,6 +284,10 @@ class Controls(QWidget):
         self.prompt_error.setVisible(bool(message))
 
     def set_running(self, running: bool, can_start: bool) -> None:
+        """Generate and Step on where nothing runs and a run can start (the prompt checked, and the samplers'
+        fields hold what the engine takes), Stop while something runs."""
+        self._running, self._can_start = running, can_start
+        can_start = can_start and self.settings_problem() is None
         for button, enabled in ((self.generate, not running and can_start), (self.step, not running and can_start),
                                 (self.stop, running)):  # fmt: skip
             if button.isEnabled() != enabled:

@@ -12,6 +12,7 @@ from PySide6.QtGui import QColor, QFont, QTextCharFormat, QTextCursor, QTextForm
 from PySide6.QtWidgets import QPlainTextEdit, QTextEdit, QToolTip
 
 from ..token_text import REPLACEMENT, candidate_label, incomplete_tail, pending_label, split_chars
+from .chart import stage_label
 
 # Qt lays out the whole paragraph that text is appended to; a paragraph that grows without end would make
 # each token dearer than the last. Past this many characters the view starts a new paragraph at the next
@@ -38,6 +39,19 @@ def probability_color(p: float, shade: int = 0) -> QColor:
 
 def _raw_bytes(token_id: int, token: str) -> bytes:
     return token.encode("utf-8")
+
+
+def rank_text(step) -> str:
+    """The chosen token's rank after each stage ("raw 3 → top-k 2 → final 1"; removed: "removed"), or ""
+    where the step does not record it (a server's step, an older trace)."""
+    if not step.stage_ranks:
+        return ""
+    last = len(step.stage_ranks) - 1
+    ranks = [f"raw {step.model_rank or '?'}"] + [
+        f"{'final' if index == last else stage_label(name)} {rank or 'removed'}"
+        for index, (name, rank) in enumerate(step.stage_ranks)
+    ]
+    return " → ".join(ranks)
 
 
 def visible(token: str) -> str:
@@ -222,10 +236,13 @@ class TokenView(QPlainTextEdit):
         else:
             rank = f"rank {step.model_rank}" if step.model_rank else "rank unknown"
             numbers = f"probability {step.probability:.4f} &nbsp; model {step.model_probability:.4f}, {rank}"
+        ranks = rank_text(step)
+        if ranks:
+            ranks = f"rank by stage: {html.escape(ranks)}<br>"
         return (
             f"<b>step {index + 1}: <code>{html.escape(repr(self.shown_token(index)))}</code></b> "
             f"({SOURCE_LABELS[step.source]})<br>{self._bytes_note(index)}"
-            f"{numbers}<br>top 5 of the model:<table>{alternatives}</table>"
+            f"{numbers}<br>{ranks}top 5 of the model:<table>{alternatives}</table>"
         )
 
     def shown_token(self, index: int) -> str:

@@ -133,6 +133,7 @@ class LlamaCppModel(LocalBackend):
                              f"{_llama_error()}")  # fmt: skip
         self.handle = handle
         self._caches: weakref.WeakSet = weakref.WeakSet()
+        self._grammars: weakref.WeakSet = weakref.WeakSet()
         self._free = weakref.finalize(self, llama.llama_model_free, handle)
         try:
             self.trained_context = llama.llama_model_n_ctx_train(handle)
@@ -201,6 +202,18 @@ class LlamaCppModel(LocalBackend):
                 rows.append(np.ctypeslib.as_array(pointer, shape=(outputs, self._vocab_size)).copy())
         return rows[0] if len(rows) == 1 else np.concatenate(rows)
 
+    def has_grammars(self) -> bool:
+        return True
+
+    def grammar(self, text: str):
+        from engine.backends.llamacpp.grammar import Grammar
+
+        if not self._free.alive:
+            raise ValueError(f"{self.name} is closed")
+        grammar = Grammar(self, text)
+        self._grammars.add(grammar)  # freed before the model (it holds the model's vocabulary)
+        return grammar
+
     def has_chat_template(self) -> bool:
         return bool(self.tokenizer.chat_template)
 
@@ -214,6 +227,8 @@ class LlamaCppModel(LocalBackend):
         """Free every session's context, then the model; a later step says the model is closed."""
         for cache in list(self._caches):
             cache.close()
+        for grammar in list(self._grammars):
+            grammar.close()
         self.tokenizer.close()
         self._free()
 
