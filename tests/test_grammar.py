@@ -20,10 +20,8 @@ ws     ::= [ ]?"""
 
 
 @pytest.fixture(scope="module")
-def model():
-    loaded = engine.load_model("smollm2", backend="llama.cpp", threads=1, context_length=512)
-    yield loaded
-    loaded.close()
+def model(smollm2_llamacpp):
+    return smollm2_llamacpp
 
 
 def test_the_text_follows_the_grammar_and_steps_show_what_it_removed(model):

@@ -15,12 +15,8 @@ PROMPT = "The capital of France is "
 @pytest.fixture(scope="module", params=["llama.cpp", "numpy"])
 def model(request):
     if request.param == "llama.cpp":
-        pytest.importorskip("llama_cpp")
-        loaded = engine.load_model("smollm2", backend="llama.cpp", threads=1, context_length=512)
-    else:
-        loaded = engine.load_model("smollm2", backend="numpy", context_length=512)
-    yield loaded
-    loaded.close()
+        return request.getfixturevalue("smollm2_llamacpp")
+    return engine.load_model("smollm2", backend="numpy", context_length=512)
 
 
 def test_a_trailing_space_is_healed_into_the_next_word(model):

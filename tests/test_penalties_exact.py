@@ -10,8 +10,6 @@ import ctypes
 import numpy as np
 import pytest
 
-import engine
-
 pytest.importorskip("llama_cpp")
 
 import llama_samplers  # noqa: E402
@@ -31,10 +29,8 @@ SEEDS = (0, 1, 2, 3)
 
 
 @pytest.fixture(scope="module")
-def model():
-    loaded = engine.load_model("smollm2", backend="llama.cpp", threads=1, context_length=256)
-    yield loaded
-    loaded.close()
+def model(smollm2_llamacpp):
+    return smollm2_llamacpp
 
 
 @pytest.fixture(scope="module")

@@ -148,7 +148,7 @@ def test_probabilities_are_a_distribution_with_zeros_exactly_where_a_filter_remo
 @given(scores=arrays(np.float32, st.integers(1, 300), elements=st.sampled_from([-1.0, 0.0, 0.5, 2.0, 7.25])),
        n=st.integers(1, 320))  # fmt: skip
 def test_top_ids_and_rank_agree_with_a_full_stable_sort(scores, n):
-    from engine.core.sampling import model_rank, top_ids
+    from engine.core.ranking import model_rank, top_ids
 
     ranking = np.argsort(-scores, kind="stable")
     assert top_ids(scores, n).tolist() == ranking[:n].tolist()

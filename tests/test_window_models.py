@@ -9,13 +9,13 @@ import shutil
 import time
 
 import pytest
+from conftest import shown_window
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QApplication, QComboBox, QDialog, QFileDialog, QPushButton, QSpinBox
 from test_discovery import hf_repo
 from test_window import child, generate
 
 import engine
-from playground import MainWindow
 from playground.model_prefs import ModelPrefs
 
 pytest.importorskip("llama_cpp")
@@ -38,11 +38,7 @@ def folders(tmp_path, monkeypatch, cache_dir):
 
 
 def open_window(qtbot, prefs, story_model):
-    win = MainWindow(model=story_model, settings=prefs)
-    qtbot.addWidget(win)
-    win.show()
-    qtbot.waitExposed(win)
-    return win
+    return shown_window(qtbot, story_model, prefs)
 
 
 def labels(win) -> list[str]:

@@ -36,19 +36,9 @@ lowest-ranked finite token.
 
 import numpy as np
 
+from engine.core.ranking import top_ids
+
 NEG_INF = np.float32(-np.inf)
-
-
-def _ranked(scores, n: int):  # [m] -> [min(n, m)] positions: highest score first, ties to the lower position
-    """The n best in O(m) (np.partition), sorted; the whole row is sorted only when n covers it."""
-    size = len(scores)
-    if n >= size:
-        return np.argsort(-scores, kind="stable")
-    bound = np.partition(scores, size - n)[size - n]  # the n-th highest score
-    above = np.flatnonzero(scores > bound)
-    tied = np.flatnonzero(scores == bound)[: n - len(above)]  # lowest positions first
-    chosen = np.concatenate([above, tied])
-    return chosen[np.lexsort((chosen, -scores[chosen]))]
 
 
 def _expf(x):  # float32 [m] -> float32 [m]: exp correctly rounded to float32, as glibc's expf (0.502 ulp)
@@ -239,5 +229,5 @@ def apply_xtc(logits, probability: float, threshold: float, u: float) -> np.ndar
     if last <= 0:
         return logits
     out = logits.copy()
-    out[_ranked(logits, last)] = NEG_INF  # the `last` best go, ties to the lower id (never a -inf one: last < m)
+    out[top_ids(logits, last)] = NEG_INF  # the `last` best go, ties to the lower id (never a -inf one: last < m)
     return out

@@ -4,7 +4,8 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from engine.core.sampling import NO_INPUT, ChainInput, Row, chain, model_rank, run_chain, softmax, top_ids
+from engine.core.ranking import model_rank, top_ids
+from engine.core.sampling import NO_INPUT, ChainInput, Row, chain, run_chain, softmax
 from engine.core.settings import Settings
 
 TOP_CANDIDATES = 20  # candidates kept per step: the chart's bars
