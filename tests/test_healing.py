@@ -82,3 +82,19 @@ def test_healing_needs_a_backend_the_engine_samples_for():
         session.update_settings(heal=True)
     with pytest.raises(ValueError, match="heal must be true or false"):
         engine.Settings(heal="yes")
+
+
+def test_a_rules_insertion_is_healed_too(model):
+    """A rule inserting text that ends mid-word: the model spells the cut end (" Par": it writes " Paris" or
+    another token that starts so). The prompt is healed first (its " France" is spelled again)."""
+    rule = engine.Rule(when="France", insert=" is Par")
+    session = engine.Session(model, "The capital of France", max_new_tokens=6, heal=True, rules=[rule])
+    session.run()
+    assert session.steps[0].healing == " France" and session.steps[0].source == "model"
+    inserted = [step for step in session.steps if step.source == "rule"]
+    written = "".join(step.token for step in inserted)
+    assert written and " is Par".startswith(written) and written != " is Par"
+    healed = session.steps[1 + len(inserted)]
+    assert healed.source == "model" and healed.healing == " is Par"[len(written) :]
+    assert healed.token.startswith(healed.healing)
+    assert engine.replay(session.trace(), model).identical
