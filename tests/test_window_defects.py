@@ -202,6 +202,7 @@ def test_a_character_split_over_tokens_shows_once_complete(qtbot, smollm2, prefs
     win = MainWindow(model=smollm2, settings=prefs)
     qtbot.addWidget(win)
     win.show()
+    win.controls.samplers.heal.setChecked(False)  # on by default for a GGUF file: it would leave "!" to the model
     type_prompt(qtbot, win, "Name a food.")
     with qtbot.waitSignal(win.controller.idle, timeout=60000):
         win.insert_edit.setText(" pizza 🍕!")  # QTest cannot type a character outside the BMP
