@@ -61,6 +61,15 @@ def build_parser() -> argparse.ArgumentParser:
                              "the model's own probability and rank for it, and its source")  # fmt: skip
     output.add_argument("--json", action="store_true", help="print the whole result as JSON (every step's top 20)")
 
+    sc = commands.add_parser("score", help="how likely a model finds a text, token by token",
+                             description="Score a text: each token's surprisal and the entropy before it, then "
+                             "the log-likelihood and perplexity.")  # fmt: skip
+    sc.add_argument("text", help="the text to score")
+    sc.add_argument("--model", default=None, metavar="MODEL", help="as for generate")
+    sc.add_argument("--backend", choices=("llama.cpp", "numpy"), default=None, help="as for generate")
+    sc.add_argument("--threads", type=int, default=None, help="llama.cpp's CPU threads")
+    sc.add_argument("--json", action="store_true", help="print the whole result as JSON")
+
     tr = commands.add_parser("trace", help="the settings trace (see engine/story/settings_trace.py)")
     mode = tr.add_mutually_exclusive_group()
     mode.add_argument("--write", action="store_true", help="rewrite resources/generation-trace.json")
@@ -81,6 +90,8 @@ def main(argv=None) -> int:
             return _generate(args)
         if args.command == "trace":
             return _trace(args)
+        if args.command == "score":
+            return _score(args)
         return _train(args)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
@@ -184,6 +195,22 @@ def _logit_bias(text: str) -> tuple[int, float]:
                 break
     raise ValueError(f"--logit-bias must be a token id then a signed number, such as 15043+1.5 or 15043-inf, "
                      f"got {text!r}")  # fmt: skip
+
+
+def _score(args) -> int:
+    from engine import score
+
+    model = load_model(args.model, backend=args.backend, threads=args.threads)
+    result = score(model, args.text)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=1, ensure_ascii=False))
+        return 0
+    print(f"{'token':<20} {'surprisal':>9} {'entropy':>8} {'rank':>5}")
+    for step in result.steps:
+        print(f"{step.token!r:<20} {step.surprisal:>9.3f} {step.entropy:>8.3f} {step.model_rank:>5}")
+    print(f"{len(result.steps)} tokens scored: log-likelihood {result.log_likelihood:.3f} nats, "
+          f"perplexity {result.perplexity:.3f}")  # fmt: skip
+    return 0
 
 
 def probability_table(steps) -> str:

@@ -98,6 +98,12 @@ class Step:
     stage_ranks: tuple[tuple[str, int], ...] = ()  # the token's rank after each stage (1 = best, 0 = removed)
     xtc_draw: float | None = None  # XTC's draw at this step (None: XTC was off, or the step was not sampled)
     healing: str | None = None  # token healing: the text this step had to start with (None: no healing)
+    # how unsure the model was (README, "Uncertainty"), in nats, over the whole vocabulary; None: not known
+    # (a server reports its top N only)
+    entropy: float | None = None  # of the raw distribution (temperature 1, no filter)
+    final_entropy: float | None = None  # of the distribution the token was drawn from (after every stage)
+    surprisal: float | None = None  # -log of the chosen token's raw probability
+    margin: float | None = None  # the raw top-1 probability minus the top-2
 
     def to_dict(self) -> dict:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -162,6 +168,8 @@ class StepMaker:
         candidates = self.candidates(dists)
         token_id, choice = int(token_id), candidates.token_ids[0]
         ranks = tuple((name, row.rank(token_id)) for name, row in dists.rows.items())
+        entropy, surprisal = raw_entropy_and_surprisal(scores, dists.raw, token_id)
+        final = dists.final.probs
         return Step(
             token=self.text(token_id),
             token_id=token_id,
@@ -177,7 +185,29 @@ class StepMaker:
             stage_ranks=ranks,
             xtc_draw=xtc_draw,
             healing=healing,
+            entropy=entropy,
+            final_entropy=entropy if final is dists.raw else entropy_of(final),
+            surprisal=surprisal,
+            margin=float(dists.raw[candidates.token_ids[0]] - dists.raw[candidates.token_ids[1]])
+            if len(candidates.token_ids) > 1
+            else 1.0,
         )
+
+
+def raw_entropy_and_surprisal(scores, raw, token_id: int) -> tuple[float, float]:
+    """The raw distribution's entropy and the token's surprisal, in nats, from the scores: with M the best
+    score and Z = sum exp(x - M) (1 / Z is the best token's probability), log p_i = x_i - M - log Z, so
+    H = log Z - sum p_i (x_i - M) and -log p_t = log Z - (x_t - M): finite even where p_t rounds to 0."""
+    best = int(np.argmax(scores))
+    log_z = -float(np.log(np.float64(raw[best])))
+    shifted = scores - scores[best]  # [V] float32, <= 0
+    entropy = log_z - float(np.dot(raw, shifted))
+    return max(entropy, 0.0), log_z - float(shifted[token_id])
+
+
+def entropy_of(probs) -> float:  # [n] probabilities -> nats, over those above 0
+    p = probs[probs > 0].astype(np.float64)
+    return max(float(-(p * np.log(p)).sum()), 0.0)
 
 
 def _step_from_dict(data) -> Step:
@@ -187,7 +217,8 @@ def _step_from_dict(data) -> Step:
     missing = expected - set(data) - set(V3_STEP_FIELDS)
     if missing:
         raise ValueError(f"step field {sorted(missing)[0]!r} is missing")
-    values = {"stage_ranks": [], "xtc_draw": None, "healing": None, **data}
+    values = {"stage_ranks": [], "xtc_draw": None, "healing": None, "entropy": None, "final_entropy": None,
+              "surprisal": None, "margin": None, **data}  # fmt: skip
     for name in ("token", "model_choice"):
         if not isinstance(values[name], str):
             raise ValueError(f"step field {name!r} must be a string")
@@ -202,6 +233,11 @@ def _step_from_dict(data) -> Step:
             raise ValueError(f"step field {name!r} must be a probability in [0, 1] or null")
     if values["source"] not in SOURCES:
         raise ValueError(f"step field 'source' must be one of {SOURCES}, got {values['source']!r}")
+    for name in ("entropy", "final_entropy", "surprisal", "margin"):
+        value = values[name]
+        if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= -1):
+            raise ValueError(f"step field {name!r} must be a number or null")
+        values[name] = None if value is None else float(value)
     for name in ("draw", "xtc_draw"):
         if values[name] is not None and not (isinstance(values[name], float) and 0 <= values[name] < 1):
             raise ValueError(f"step field {name!r} must be null or a number in [0, 1)")

@@ -1,0 +1,66 @@
+"""engine.score: how likely a model finds a text, token by token (teacher forcing).
+
+The model reads the text once (local backends: one batched forward over all of it) and every token after the
+first gets the record a generated step has (its probability under the settings and under the raw model, its
+rank, the top 20 at every stage, entropy, surprisal, margin), as a forced step. The text's log-likelihood is
+the sum of the tokens' raw log-probabilities (-surprisal), its perplexity exp(-log-likelihood / tokens).
+"""
+
+import math
+import numbers
+from dataclasses import dataclass
+
+from engine.core.checks import checked_text
+from engine.core.settings import Settings
+from engine.core.steps import Step
+
+
+@dataclass(frozen=True)
+class ScoreResult:
+    text: str
+    token_ids: tuple[int, ...]  # every token of the text; the first is read, not scored
+    steps: tuple[Step, ...]  # one per token after the first
+    log_likelihood: float  # nats: the sum of the scored tokens' raw log-probabilities
+    settings: Settings
+
+    @property
+    def perplexity(self) -> float:
+        return math.exp(-self.log_likelihood / len(self.steps))
+
+    def to_dict(self) -> dict:
+        return {"text": self.text, "token_ids": list(self.token_ids), "log_likelihood": self.log_likelihood,
+                "perplexity": self.perplexity, "settings": self.settings.to_dict(),
+                "steps": [step.to_dict() for step in self.steps]}  # fmt: skip
+
+
+def score(model, text, **settings) -> ScoreResult:
+    """Score a text (a string, or its token ids) under the model; settings: Settings fields (the chain the
+    records show at every stage; the raw model's probabilities do not depend on them). ValueError for an
+    empty text, one the tokenizer cannot encode (naming the character), one of a single token, or one longer
+    than the model's context (the numbers named)."""
+    settings = Settings(**settings).check_vocab(model.vocab_size)
+    if not model.capabilities.local_sampling:
+        raise ValueError(f"{model.name} is served: scoring a text needs the model's own scores (a local backend);"
+                         " a server's echoed log-probabilities are not read yet")  # fmt: skip
+    ids = _token_ids(model, text)
+    if len(ids) < 2:
+        raise ValueError("a text to score needs at least two tokens: the first is read, the others scored")
+    if len(ids) > model.context_length:
+        raise ValueError(f"the text is {len(ids)} tokens long; {model.name} reads at most {model.context_length}: "
+                         "score a shorter text")  # fmt: skip
+    context = model.open_context()
+    first = model.tokenizer.decode(ids[:1])
+    steps = context.force(ids[:1], first, ids[1:], "forced", settings)
+    text = text if isinstance(text, str) else model.tokenizer.decode(ids)
+    return ScoreResult(text, tuple(ids), tuple(steps), -sum(step.surprisal for step in steps), settings)
+
+
+def _token_ids(model, text) -> list[int]:
+    if isinstance(text, str):
+        if not checked_text(text):
+            raise ValueError("the text to score is empty")
+        return list(model.tokenizer.encode(text))  # UnknownCharacterError names a character it cannot encode
+    ids = list(text)
+    if not all(isinstance(i, numbers.Integral) and not isinstance(i, bool) and 0 <= i < model.vocab_size for i in ids):
+        raise ValueError(f"token ids must be ints from 0 to {model.vocab_size - 1}")
+    return [int(i) for i in ids]
