@@ -10,11 +10,8 @@ from engine.core.settings import Settings
 
 TOP_CANDIDATES = 20  # candidates kept per step: the chart's bars
 SOURCES = ("model", "forced", "rule", "tool")
-V3_STEP_FIELDS = (
-    "stage_ranks",
-    "xtc_draw",
-    "healing",
-)  # what trace schema 3 added to a step (absent from older traces)
+# what trace schema 3 added to a step (absent from older traces)
+V3_STEP_FIELDS = ("stage_ranks", "xtc_draw", "healing", "entropy", "final_entropy", "surprisal", "margin")
 
 
 @dataclass(frozen=True)
