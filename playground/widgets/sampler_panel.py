@@ -171,6 +171,14 @@ class _Specials:
 
     specials: dict = {}
 
+    def set_up(self, low, high, specials: dict, tip: str) -> None:
+        self.specials = specials
+        self.setRange(low, high)
+        self.setToolTip(tip)
+        self.setKeyboardTracking(False)
+        self.setCorrectionMode(QAbstractSpinBox.CorrectionMode.CorrectToNearestValue)
+        self.setMinimumWidth(SPIN_WIDTH)  # not as wide as its widest value: the panel fits a narrow column
+
     def textFromValue(self, value) -> str:
         for special, word in self.specials.items():
             if value == special:
@@ -196,23 +204,13 @@ class _Specials:
 class SpecialDoubleSpin(_Specials, QDoubleSpinBox):
     def __init__(self, name: str, low: float, high: float, decimals: int, step: float, specials: dict, tip: str):
         super().__init__(objectName=name, decimals=decimals, singleStep=step)
-        self.specials = specials
-        self.setRange(low, high)
-        self.setToolTip(tip)
-        self.setKeyboardTracking(False)
-        self.setCorrectionMode(QAbstractSpinBox.CorrectionMode.CorrectToNearestValue)
-        self.setMinimumWidth(SPIN_WIDTH)  # not as wide as its widest value: the panel fits a narrow column
+        self.set_up(low, high, specials, tip)
 
 
 class SpecialIntSpin(_Specials, QSpinBox):
     def __init__(self, name: str, low: int, high: int, specials: dict, tip: str):
         super().__init__(objectName=name)
-        self.specials = specials
-        self.setRange(low, high)
-        self.setToolTip(tip)
-        self.setKeyboardTracking(False)
-        self.setCorrectionMode(QAbstractSpinBox.CorrectionMode.CorrectToNearestValue)
-        self.setMinimumWidth(SPIN_WIDTH)  # not as wide as its widest value: the panel fits a narrow column
+        self.set_up(low, high, specials, tip)
 
 
 # --- the order -----------------------------------------------------------------------------------------------
