@@ -6,11 +6,12 @@ import numpy as np
 
 from engine.core.ranking import model_rank, top_ids
 from engine.core.sampling import NO_INPUT, ChainInput, Row, chain, run_chain, softmax
-from engine.core.settings import Settings
+from engine.core.settings import CONTRACT_ORDER, Settings
 
 TOP_CANDIDATES = 20  # candidates kept per step: the chart's bars
 SOURCES = ("model", "forced", "rule", "tool")
 # what trace schema 3 added to a step (absent from older traces)
+CONTRACT_STAGES = set(CONTRACT_ORDER)
 V3_STEP_FIELDS = ("stage_ranks", "xtc_draw", "healing", "entropy", "final_entropy", "surprisal", "margin")
 
 
@@ -142,7 +143,8 @@ class StepMaker:
 
     def distributions(self, scores, given: ChainInput = NO_INPUT) -> Distributions:
         raw = softmax(scores)
-        return Distributions(top_ids(scores, TOP_CANDIDATES), raw, run_chain(self.chain, scores, raw, given))
+        rows = run_chain(self.chain, scores, raw, given)
+        return Distributions(candidate_ids(scores, rows), raw, rows)
 
     def candidates(self, dists: Distributions) -> Candidates:
         top = dists.top
@@ -189,6 +191,23 @@ class StepMaker:
             if len(candidates.token_ids) > 1
             else 1.0,
         )
+
+
+PROMOTED = 5  # at most this many of the final distribution's best join the candidates from outside the raw top
+
+
+def candidate_ids(scores, rows: dict) -> np.ndarray:  # [V] scores -> [TOP_CANDIDATES] ids
+    """The raw top 20, most likely first; but where a stage put tokens from outside them among the final
+    distribution's best (a grammar, healing, a bias or penalties), the best PROMOTED of those take the last
+    places, so a record shows what the model wanted and what was allowed. The contract's stages only keep
+    a prefix of the raw ranking: with them alone the candidates are the raw top 20."""
+    top = top_ids(scores, TOP_CANDIDATES)
+    final = rows[next(reversed(rows))]
+    if set(rows) <= CONTRACT_STAGES or len(top) <= PROMOTED:
+        return top
+    best = final.token_ids()[top_ids(final.probs, PROMOTED)]
+    promoted = best[~np.isin(best, top) & (final.probs_at(best) > 0)]
+    return top if len(promoted) == 0 else np.concatenate([top[: len(top) - len(promoted)], promoted])
 
 
 def raw_entropy_and_surprisal(scores, raw, token_id: int) -> tuple[float, float]:
