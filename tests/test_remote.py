@@ -302,3 +302,18 @@ def _server_goes_away(model):
     with pytest.raises(ValueError, match="refused the connection"):
         session.step(stream=True)
     assert snapshot(session) == before and session._context._stream is None
+
+
+@pytest.mark.parametrize("server", ["llama-cpp-python", "llama-server"])
+def test_a_server_that_does_not_echo_says_it_cannot_score_a_text(server, request):
+    """engine.score on the real servers (issue 15): neither echoes a text's own log-probabilities in line
+    (llama-server ignores echo, llama-cpp-python's is shifted), so a token outside the top 20 at its position
+    has no probability: the score says so, naming the token."""
+    model = engine.load_model(
+        request.getfixturevalue("llama_server" if server == "llama-cpp-python" else "llama_cpp_server")
+    )
+    try:
+        with pytest.raises(ValueError, match=r"gave no probability for token \d+ .*does not echo"):
+            engine.score(model, "The capital of France is Paris. It is a large city.")
+    finally:
+        model.close()

@@ -78,8 +78,8 @@ def test_bad_texts_are_named(story_model):
                           (" mia has a red ball." * 20, r"the text is \d+ tokens long; story model reads at most 64")):  # fmt: skip
         with pytest.raises(ValueError, match=message):
             engine.score(story_model, text)
-    with pytest.raises(ValueError, match="scoring a text needs the model's own scores"):
-        engine.score(FakeStreamingBackend(), "ab")
+    served = engine.score(FakeStreamingBackend(), "abcab")  # a server: scored through its own forced-token path
+    assert len(served.steps) == 4 and served.log_likelihood < 0
     with pytest.raises(ValueError, match="top_k must be"):
         engine.score(story_model, FIRST, top_k=0)
 

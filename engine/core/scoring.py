@@ -1,6 +1,7 @@
 """engine.score: how likely a model finds a text, token by token (teacher forcing).
 
-The model reads the text once (local backends: one batched forward over all of it) and every token after the
+The model reads the text once (local backends: one batched forward over all of it; a server: one request
+that echoes the text's log-probabilities where it echoes, else one per token) and every token after the
 first gets the record a generated step has (its probability under the settings and under the raw model, its
 rank, the top 20 at every stage, entropy, surprisal, margin), as a forced step. The text's log-likelihood is
 the sum of the tokens' raw log-probabilities (-surprisal), its perplexity exp(-log-likelihood / tokens).
@@ -39,9 +40,6 @@ def score(model, text, **settings) -> ScoreResult:
     empty text, one the tokenizer cannot encode (naming the character), one of a single token, or one longer
     than the model's context (the numbers named)."""
     settings = Settings(**settings).check_vocab(model.vocab_size)
-    if not model.capabilities.local_sampling:
-        raise ValueError(f"{model.name} is served: scoring a text needs the model's own scores (a local backend);"
-                         " a server's echoed log-probabilities are not read yet")  # fmt: skip
     ids = _token_ids(model, text)
     if len(ids) < 2:
         raise ValueError("a text to score needs at least two tokens: the first is read, the others scored")
@@ -50,7 +48,12 @@ def score(model, text, **settings) -> ScoreResult:
                          "score a shorter text")  # fmt: skip
     context = model.open_context()
     first = model.tokenizer.decode(ids[:1])
-    steps = context.force(ids[:1], first, ids[1:], "forced", settings)
+    steps = context.force(ids[:1], first, ids[1:], "forced", settings)  # a server: by echo where it echoes
+    unknown = next((i for i, step in enumerate(steps) if step.surprisal is None), None)
+    if unknown is not None:
+        raise ValueError(f"{model.name} gave no probability for token {unknown + 1} ({steps[unknown].token!r}): "
+                         "a server that does not echo a text's log-probabilities reports only its top N tokens "
+                         "at each position, so it cannot score this text")  # fmt: skip
     text = text if isinstance(text, str) else model.tokenizer.decode(ids)
     return ScoreResult(text, tuple(ids), tuple(steps), -sum(step.surprisal for step in steps), settings)
 

@@ -353,6 +353,8 @@ class RemoteModel:
             model_choice_id=candidates.token_ids[0] if candidates.tokens else -1,
             candidates=candidates,
             options=options,
+            surprisal=-logprob if logprob is not None else None,
+            margin=candidates.raw[0] - candidates.raw[1] if len(candidates.raw) > 1 else None,  # the top 2 are known
         )
 
 
