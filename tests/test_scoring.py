@@ -106,3 +106,16 @@ def test_the_cli_scores_a_text(story_model):
     result = subprocess.run([sys.executable, "-m", "engine", "score", "mia has a Red ball."], capture_output=True,
                             text=True, timeout=120)  # fmt: skip
     assert result.returncode == 2 and "'R' at position 10" in result.stderr
+
+
+def test_a_sessions_prompt_is_scored_once_under_its_settings(story_model):
+    session = engine.Session(story_model, "mia has a red ball. mia goes to the", temperature=0.7, seed=1)
+    scored = session.score_prompt()
+    assert scored is session.score_prompt()  # once
+    assert scored.token_ids == tuple(session.prompt_ids) and scored.settings == session.initial_settings
+    direct = engine.score(story_model, session.prompt_ids, temperature=0.7, seed=1)
+    assert [s.model_probability for s in scored.steps] == [s.model_probability for s in direct.steps]
+    first = session.step()
+    assert first.surprisal is not None and session.actions == [{"kind": "sample"}]  # scoring logged nothing
+    with pytest.raises(ValueError, match="at least two tokens"):
+        engine.Session(story_model, "a").score_prompt()

@@ -65,6 +65,7 @@ class Session:
         self._forced: int | None = None  # force_token's token, taken by the next step
         self._returned = 0  # steps handed out by step(); a rule's several steps go out one per call
         self._fired: set[tuple[int, int]] = set()  # (rule index, text length) where a rule fired
+        self._prompt_score = None  # score_prompt's, once asked for
 
     # --- reading ---------------------------------------------------------------------------------
     @property
@@ -86,6 +87,15 @@ class Session:
     def healing(self) -> str | None:
         """The text the next steps must spell first (token healing), or None."""
         return None if self._healing is None else self._healing.decode("utf-8", errors="replace")
+
+    def score_prompt(self):
+        """The prompt's own tokens scored (engine.score: every token after the first, as a forced step's record,
+        with the log-likelihood and perplexity), under the settings the session started with; computed once."""
+        if self._prompt_score is None:
+            from engine.core.scoring import score
+
+            self._prompt_score = score(self.model, self.prompt_ids, **self.initial_settings.to_dict())
+        return self._prompt_score
 
     def peek(self) -> Candidates | None:
         """The distribution the next model step would be drawn from (top candidates at every stage),
