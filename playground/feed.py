@@ -31,6 +31,7 @@ class Feed(QObject):
     def __init__(self, window, running: Callable[[], bool]):
         super().__init__(window)
         self.view, self.chart = window.token_view, window.chart
+        self.strip = window.uncertainty_strip  # follows the view's steps (main_window wires it)
         self.running = running  # whether a run is going on: the chart then follows the latest step
         self.pending = []  # steps received, not yet in the view
         self.next = None  # the next step's candidates, when paused
@@ -55,6 +56,7 @@ class Feed(QObject):
 
     def set_live(self, live: bool) -> None:
         self.chart.set_live(live)
+        self.strip.set_live(live)
         self.timer.setInterval(LIVE_FLUSH_MS if live else FLUSH_MS)
 
     def flush(self) -> None:

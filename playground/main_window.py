@@ -7,6 +7,7 @@ from pathlib import Path
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QAction, QColor, QKeySequence
 from PySide6.QtWidgets import (
+    QComboBox,
     QFileDialog,
     QHBoxLayout,
     QLabel,
@@ -28,7 +29,8 @@ from .errors import ExceptionHook
 from .widgets.chart import DistributionChart
 from .widgets.controls import Controls
 from .widgets.rules_panel import RulesPanel
-from .widgets.token_view import SOURCE_COLORS, TokenView, probability_color
+from .widgets.token_view import COLOUR_MODES, TokenView, legend_html
+from .widgets.uncertainty_strip import UncertaintyStrip
 
 DEFAULT_PROMPT = "mia has a red ball."
 HINT = ("Step one token with Ctrl+→ · click a bar to force that token · click a token to see its "
@@ -46,6 +48,15 @@ class MainWindow(QMainWindow):
         self.controls = Controls(self.model.vocab_size, self.model.context_length)
         self.token_view = TokenView()
         self.chart = DistributionChart()
+        self.uncertainty_strip = UncertaintyStrip()
+        self.colour_by = QComboBox(objectName="colourBy")
+        self.colour_by.addItems(COLOUR_MODES)
+        self.colour_by.setToolTip("what the tokens' background colours show")
+        self.colour_by.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.colour_by.setMinimumContentsLength(9)
+        self.legend = QLabel("", objectName="legendLabel")
+        self.legend.setTextFormat(Qt.TextFormat.RichText)
+        self.legend.setWordWrap(True)  # the window can be narrow (1024 px)
         self.rules_panel = RulesPanel()
         self.insert_edit = QLineEdit(objectName="insertTextEdit")
         self.insert_edit.setPlaceholderText("Text to write into the model's output, as if it had said it")
@@ -69,6 +80,7 @@ class MainWindow(QMainWindow):
 
         self._layout()
         self._menu()
+        self._wire_strip()
         self.controller = Controller(self, self.model)
         self.controller.modelChanged.connect(lambda model: self.controls.samplers.set_vocab_size(model.vocab_size))
         self.controls.samplers.changed.connect(self._mark_sampler_problem)
@@ -108,7 +120,12 @@ class MainWindow(QMainWindow):
         text_layout.setContentsMargins(0, 0, 0, 0)
         text_layout.addWidget(self.hint)
         text_layout.addWidget(self.token_view, 1)
-        text_layout.addWidget(_legend())
+        text_layout.addWidget(self.uncertainty_strip)
+        legend_row = QHBoxLayout()
+        legend_row.addWidget(QLabel("Colour by"))
+        legend_row.addWidget(self.colour_by)
+        legend_row.addWidget(self.legend, 1)
+        text_layout.addLayout(legend_row)
         text_layout.addLayout(insert_row)
         text_layout.addWidget(self.insert_error)
 
@@ -149,6 +166,24 @@ class MainWindow(QMainWindow):
         status.addWidget(self.stop_reason)
         status.addWidget(self.message_label, 1)
         status.addPermanentWidget(self.speed_label)
+
+    def _wire_strip(self) -> None:
+        """The strip follows the view's steps and selection; a click on it (or on a "least confident" row)
+        selects the step as a click on the token would. The colour switch recolours the view."""
+        view, strip = self.token_view, self.uncertainty_strip
+        strip.set_token_text(view.shown_token)
+        view.stepsChanged.connect(lambda start: strip.set_steps(view.steps(start), start))
+        view.selectionChanged.connect(strip.mark)
+        strip.stepClicked.connect(view.click_step)
+        self.colour_by.currentTextChanged.connect(self.set_colour_mode)
+
+    def set_colour_mode(self, mode: str) -> None:
+        """Colour the tokens by "drawn probability", "surprisal", "entropy" or "rank"; the legend follows."""
+        if self.colour_by.currentText() != mode:
+            self.colour_by.setCurrentText(mode)  # comes back here through the signal
+            return
+        self.token_view.set_colour_mode(mode)
+        self.legend.setText(legend_html(self.token_view.colour_mode()))
 
     def _menu(self) -> None:
         file_menu = self.menuBar().addMenu("&File")
@@ -205,6 +240,11 @@ class MainWindow(QMainWindow):
         self.side_tabs.setCurrentIndex(int(tab) if tab.isdigit() and int(tab) < self.side_tabs.count() else 0)
         self.controls.set_settings(self._saved_settings())
         self.chart.set_stage(str(self.prefs.value("stage", "final")))
+        mode = str(self.prefs.value("colourBy", COLOUR_MODES[0]))
+        self.set_colour_mode(mode if mode in COLOUR_MODES else COLOUR_MODES[0])
+        self.legend.setText(legend_html(self.token_view.colour_mode()))
+        rank_by = self.uncertainty_strip.rank_by
+        rank_by.setCurrentIndex(max(0, rank_by.findText(str(self.prefs.value("leastConfidentBy", "surprisal")))))
 
     def _saved_settings(self) -> dict:
         """The remembered settings the engine accepts. Prefs are a file a person can edit, and an older or
@@ -235,6 +275,8 @@ class MainWindow(QMainWindow):
         self.prefs.setValue("settings", json.dumps(self.controls.settings()))
         self.prefs.setValue("stage", self.chart.stage())
         self.prefs.setValue("sideTab", self.side_tabs.currentIndex())
+        self.prefs.setValue("colourBy", self.colour_by.currentText())
+        self.prefs.setValue("leastConfidentBy", self.uncertainty_strip.rank_by.currentText())
         self.prefs.sync()
 
     def closeEvent(self, event) -> None:
@@ -242,17 +284,3 @@ class MainWindow(QMainWindow):
         self.controller.shutdown()  # stops the worker cleanly before the window goes
         self.exception_hook.uninstall()
         super().closeEvent(event)
-
-
-def _legend() -> QLabel:
-    swatches = "".join(
-        f'<span style="background-color: {probability_color(p).name(probability_color(p).NameFormat.HexArgb)};">'
-        f"&nbsp;{p:g}&nbsp;</span>"
-        for p in (0.0, 0.25, 0.5, 0.75, 1.0)
-    )
-    sources = " &nbsp; ".join(f'<b><u style="color:{color}">{name}</u></b>' for name, color in SOURCE_COLORS.items())
-    label = QLabel(f"probability of the drawn token: {swatches} &nbsp;&nbsp; steered tokens: {sources}")
-    label.setObjectName("legendLabel")
-    label.setTextFormat(Qt.TextFormat.RichText)
-    label.setWordWrap(True)  # the window can be narrow (1024 px)
-    return label

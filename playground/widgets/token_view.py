@@ -6,6 +6,7 @@ batch, so a token costs the same at token 10 and at token 10,000."""
 
 import bisect
 import html
+import math
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor, QFont, QTextCharFormat, QTextCursor, QTextFormat
@@ -27,6 +28,50 @@ EMPTY_HINT = (
 SHADE_ALPHA = (0.30, 0.50)  # alternate tokens: neighbours of similar probability still show where each ends
 SOURCE_LABELS = {"model": "drawn by the model", "forced": "forced by you", "rule": "inserted by a rule",
                  "tool": "inserted by a tool"}  # fmt: skip
+
+
+# what the tokens' backgrounds can show (the "colourBy" switch under the view): the probability the token was
+# drawn with (red unlikely, green likely), or how sure the model was, on a fixed scale so colours compare
+# across runs: surprisal 0..8 nats, entropy 0..5 nats (green: sure), the model's rank 1..20+ (log scale)
+COLOUR_MODES = ("drawn probability", "surprisal", "entropy", "rank")
+SURPRISAL_TOP, ENTROPY_TOP, RANK_TOP = 8.0, 5.0, 20
+
+
+def colour_level(step, mode: str) -> float | None:
+    """Where the step sits on the mode's scale, 0 (red: unlikely, unsure) to 1 (green); None: not known
+    (a server's step outside its top N, or one that records no entropy)."""
+    if mode == "surprisal":
+        value = step.surprisal
+        return None if value is None else 1.0 - min(max(value, 0.0), SURPRISAL_TOP) / SURPRISAL_TOP
+    if mode == "entropy":
+        value = step.entropy
+        return None if value is None else 1.0 - min(max(value, 0.0), ENTROPY_TOP) / ENTROPY_TOP
+    if mode == "rank":
+        rank = step.model_rank
+        return None if rank <= 0 else 1.0 - min(math.log(rank) / math.log(RANK_TOP), 1.0)
+    return step.probability
+
+
+def legend_html(mode: str) -> str:
+    """The legend under the view for a colour mode: the scale's swatches, then the steered tokens' marks."""
+    if mode == "surprisal":
+        title, marks = "nats", [(s, 1 - s / SURPRISAL_TOP) for s in (0, 2, 4, 6, 8)]
+        marks[-1] = ("8+", 0.0)
+    elif mode == "entropy":
+        title, marks = "nats", [(h, 1 - h / ENTROPY_TOP) for h in (0, 1.25, 2.5, 3.75, 5)]
+        marks[-1] = ("5+", 0.0)
+    elif mode == "rank":
+        title = "model's rank"
+        marks = [(r, 1 - math.log(r) / math.log(RANK_TOP)) for r in (1, 2, 5, 10)] + [("20+", 0.0)]
+    else:
+        title, marks = "p", [(p, p) for p in (0.0, 0.25, 0.5, 0.75, 1.0)]
+    swatches = "".join(
+        f'<span style="background-color: {probability_color(level).name(QColor.NameFormat.HexArgb)};">'
+        f"&nbsp;{value if isinstance(value, str) else f'{value:g}'}&nbsp;</span>"
+        for value, level in marks
+    )
+    sources = " &nbsp; ".join(f'<b><u style="color:{color}">{name}</u></b>' for name, color in SOURCE_COLORS.items())
+    return f"{title}: {swatches} &nbsp;&nbsp; steered tokens: {sources}"
 
 
 def probability_color(p: float, shade: int = 0) -> QColor:
@@ -66,6 +111,8 @@ def visible(token: str) -> str:
 
 class TokenView(QPlainTextEdit):
     stepClicked = Signal(int)  # the step's index, or -1 for the prompt / empty space
+    stepsChanged = Signal(int)  # the steps from this index on are new (0: a new session; see steps())
+    selectionChanged = Signal(int)  # the selected step (-1: none), however it was selected
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -87,12 +134,30 @@ class TokenView(QPlainTextEdit):
         self._pending_from: int | None = None  # first step of a character whose last bytes have not come
         self._token_bytes = _raw_bytes
         self._selected = -1
-        self._formats: dict[tuple[int, str, int], QTextCharFormat] = {}
+        self._formats: dict[tuple[str, int, str, int], QTextCharFormat] = {}
+        self._mode = COLOUR_MODES[0]
 
     def set_token_bytes(self, token_bytes) -> None:
         """token_bytes(token_id, token_text) -> the token's own bytes (from the model's tokenizer); None:
         the token's text as UTF-8 (a server's tokens, a trace of another model)."""
         self._token_bytes = token_bytes or _raw_bytes
+
+    def colour_mode(self) -> str:
+        return self._mode
+
+    def set_colour_mode(self, mode: str) -> None:
+        """Colour the tokens by this measure (one of COLOUR_MODES; another: drawn probability). The document
+        is written again with the new formats, keeping the selection and the scroll position."""
+        mode = mode if mode in COLOUR_MODES else COLOUR_MODES[0]
+        if mode == self._mode:
+            return
+        self._mode = mode
+        if not self._steps:
+            return
+        selected, scroll = self._selected, self.verticalScrollBar().value()
+        self.show_session(self._text_parts[0], list(self._steps))
+        self.select(selected)
+        self.verticalScrollBar().setValue(scroll)
 
     # --- content -------------------------------------------------------------------------------------
     def show_session(self, prompt: str, steps) -> None:
@@ -101,6 +166,8 @@ class TokenView(QPlainTextEdit):
         self._text_parts = [prompt]
         cursor = self._end_cursor()
         cursor.insertText(prompt, QTextCharFormat())
+        self.stepsChanged.emit(0)
+        self.selectionChanged.emit(-1)
         self.append_steps(steps)
 
     def append_steps(self, steps) -> None:
@@ -110,6 +177,7 @@ class TokenView(QPlainTextEdit):
         at_bottom = bar.value() >= bar.maximum() - 4
         cursor = self._end_cursor()
         cursor.beginEditBlock()
+        changed_from = len(self._steps) if self._pending_from is None else self._pending_from
         if self._pending_from is not None or any(REPLACEMENT in step.token for step in steps):
             steps, pieces = self._split_characters(cursor, steps)
         else:
@@ -125,6 +193,7 @@ class TokenView(QPlainTextEdit):
         cursor.endEditBlock()
         if at_bottom:
             bar.setValue(bar.maximum())
+        self.stepsChanged.emit(changed_from)
 
     def _split_characters(self, cursor, steps) -> tuple[list, list[str]]:
         """Steps to write (from the first one of an incomplete character, which is taken out of the
@@ -168,8 +237,9 @@ class TokenView(QPlainTextEdit):
         """The session's text (prompt plus tokens) as the engine has it."""
         return "".join(self._text_parts)
 
-    def steps(self) -> list:
-        return list(self._steps)
+    def steps(self, start: int = 0) -> list:
+        """The steps shown (from index `start` on)."""
+        return self._steps[start:]
 
     def step(self, index: int):
         return self._steps[index]
@@ -192,6 +262,18 @@ class TokenView(QPlainTextEdit):
             selection.format.setForeground(self.palette().highlightedText())
             selections.append(selection)
         self.setExtraSelections(selections)
+        self.selectionChanged.emit(self._selected)
+
+    def click_step(self, index: int) -> None:
+        """Select step `index` as a click on it would (the strip and the "least confident" list use this),
+        scrolled into sight."""
+        self.select(index)
+        if self._selected >= 0:
+            cursor = QTextCursor(self.document())
+            cursor.setPosition(self._starts[self._selected])
+            self.setTextCursor(cursor)
+            self.ensureCursorVisible()
+        self.stepClicked.emit(self._selected)
 
     @property
     def selected(self) -> int:
@@ -280,16 +362,17 @@ class TokenView(QPlainTextEdit):
         return cursor
 
     def _format(self, step, shade: int = 0) -> QTextCharFormat:
-        """The token's character format; probabilities are bucketed in 20ths, so the document holds a few
-        dozen distinct formats however long it grows. Steered tokens keep the text's own color (orange on
-        red could not be read) and get a bold underline in their source's color."""
-        known = step.probability is not None  # a server's token outside its top N: no color to give
-        key = (round(step.probability * COLOR_LEVELS) if known else -1, step.source, shade)
+        """The token's character format; the colour mode's level is bucketed in 20ths, so the document holds
+        a few dozen distinct formats however long it grows. Steered tokens keep the text's own color (orange
+        on red could not be read) and get a bold underline in their source's color."""
+        level = colour_level(step, self._mode)  # None: a server's token outside its top N, no color to give
+        known = level is not None
+        key = (self._mode, round(level * COLOR_LEVELS) if known else -1, step.source, shade)
         fmt = self._formats.get(key)
         if fmt is None:
             fmt = self._formats[key] = QTextCharFormat()
             unknown = QColor(128, 128, 128, 50 + 40 * shade)
-            fmt.setBackground(probability_color(key[0] / COLOR_LEVELS, shade) if known else unknown)
+            fmt.setBackground(probability_color(key[1] / COLOR_LEVELS, shade) if known else unknown)
             if step.source != "model":
                 fmt.setUnderlineStyle(QTextCharFormat.UnderlineStyle.SingleUnderline)
                 fmt.setUnderlineColor(QColor(SOURCE_COLORS[step.source]))

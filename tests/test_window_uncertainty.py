@@ -1,0 +1,189 @@
+"""The uncertainty strip under the token view, the "least confident" list and the colour switch (issue 15,
+the window's part), on the real window and the story model."""
+
+import html
+import math
+
+import numpy as np
+import pytest
+from conftest import shown_window
+from PySide6.QtCore import QPoint, Qt
+from PySide6.QtWidgets import QComboBox, QLabel, QListWidget, QWidget
+from test_window import child, generate, step, type_prompt
+
+import engine
+from playground.widgets.token_view import COLOR_LEVELS, colour_level, probability_color
+
+
+def strip_of(win):
+    strip = child(win, QWidget, "uncertaintyStrip")
+    strip.flush()
+    return strip
+
+
+def generated(qtbot, win, temperature=1.0, seed=3):
+    type_prompt(qtbot, win, "mia has a red ball.")
+    win.controls.temperature.setValue(temperature)
+    win.controls.seed.setValue(seed)
+    generate(qtbot, win)
+    return win.token_view.steps()
+
+
+def nan_list(steps, name):
+    return [np.nan if getattr(s, name) is None else getattr(s, name) for s in steps]
+
+
+def test_the_strip_shows_each_steps_surprisal_and_entropy_and_the_perplexity(qtbot, window):
+    steps = generated(qtbot, window)
+    assert len(steps) > 10
+    strip = strip_of(window)
+    assert strip.count() == len(steps)
+    np.testing.assert_array_equal(strip.values("surprisal"), nan_list(steps, "surprisal"))
+    np.testing.assert_array_equal(strip.values("entropy"), nan_list(steps, "entropy"))
+    for name in ("surprisal", "entropy"):  # one point per step, drawn at its step number
+        x, y = strip._curves[name].getData()
+        assert list(x) == list(range(1, len(steps) + 1))
+        np.testing.assert_array_equal(y, nan_list(steps, name))
+    expected = math.exp(sum(s.surprisal for s in steps) / len(steps))
+    assert strip.perplexity() == pytest.approx(expected)
+    assert child(window, QLabel, "perplexityLabel").text() == f"perplexity {expected:.2f}"
+    step_index = int(np.argmax(strip.values("surprisal")))
+    assert html.escape(repr(window.token_view.shown_token(step_index))) in strip.hover_text(step_index)
+
+
+def test_clicking_a_point_selects_its_token_and_charts_it(qtbot, window):
+    steps = generated(qtbot, window)
+    strip = strip_of(window)
+    index = len(steps) // 2
+    point = strip.plot.mapFromScene(strip.point_scene_position(index))
+    qtbot.mouseClick(strip.plot.viewport(), Qt.MouseButton.LeftButton, pos=QPoint(point.x(), point.y()))
+    assert window.token_view.selected == index
+    assert strip.marked == index
+    window.chart.flush()
+    assert window.chart.title.text().startswith(f"Step {index + 1}:")
+    assert [token for token, _ in window.chart.shown()] == list(steps[index].candidates.tokens)
+    assert window.continue_button.isEnabled()  # the same path as clicking the token itself
+
+
+def test_selecting_a_token_in_the_view_marks_its_point(qtbot, window):
+    generated(qtbot, window)
+    view, strip = window.token_view, strip_of(window)
+    start, _end = view._span(3)
+    cursor = view.textCursor()
+    cursor.setPosition(start + 1)
+    rect = view.cursorRect(cursor)
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    assert view.selected == 3 and strip.marked == 3
+    strip.flush()
+    assert strip._mark_line.isVisible() and strip._mark_line.value() == 4
+    view.select(-1)
+    strip.flush()
+    assert strip.marked == -1 and not strip._mark_line.isVisible()
+
+
+def test_least_confident_lists_the_top_ten_and_a_click_selects(qtbot, window):
+    steps = generated(qtbot, window, seed=5)
+    strip = strip_of(window)
+    least = child(window, QListWidget, "leastConfident")
+    by_surprisal = sorted(range(len(steps)), key=lambda i: (-steps[i].surprisal, i))[:10]
+    assert [least.item(row).data(Qt.ItemDataRole.UserRole) for row in range(least.count())] == by_surprisal
+    assert repr(window.token_view.shown_token(by_surprisal[0])) in least.item(0).text()
+    item = least.item(2)
+    rect = least.visualItemRect(item)
+    qtbot.mouseClick(least.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    assert window.token_view.selected == by_surprisal[2] and strip.marked == by_surprisal[2]
+    window.chart.flush()
+    assert window.chart.title.text().startswith(f"Step {by_surprisal[2] + 1}:")
+    child(window, QComboBox, "leastConfidentBy").setCurrentText("entropy")
+    strip.flush()
+    by_entropy = sorted(range(len(steps)), key=lambda i: (-steps[i].entropy, i))[:10]
+    assert [least.item(row).data(Qt.ItemDataRole.UserRole) for row in range(least.count())] == by_entropy
+
+
+def background(view, index):
+    return view.format_at(index).background().color().rgba()
+
+
+def expected_background(step, mode, index):
+    level = colour_level(step, mode)
+    return probability_color(round(level * COLOR_LEVELS) / COLOR_LEVELS, (index + 1) % 2).rgba()
+
+
+def test_the_colour_switch_recolours_the_tokens_and_is_remembered(qtbot, story_model, prefs):
+    win = shown_window(qtbot, story_model, prefs)
+    steps = generated(qtbot, win)
+    view, switch = win.token_view, child(win, QComboBox, "colourBy")
+    assert [switch.itemText(i) for i in range(switch.count())] == ["drawn probability", "surprisal", "entropy", "rank"]
+    before = [background(view, i) for i in range(len(steps))]
+    assert before == [expected_background(s, "drawn probability", i) for i, s in enumerate(steps)]
+    assert "0.25" in child(win, QLabel, "legendLabel").text()
+    view.select(4)
+    for mode in ("surprisal", "entropy", "rank"):
+        switch.setCurrentText(mode)
+        assert view.colour_mode() == mode
+        assert [background(view, i) for i in range(len(steps))] == [
+            expected_background(s, mode, i) for i, s in enumerate(steps)
+        ]
+        assert view.text() == "mia has a red ball." + "".join(s.token for s in steps)
+        assert view.selected == 4 and strip_of(win).count() == len(steps)
+    assert "20+" in child(win, QLabel, "legendLabel").text()
+    switch.setCurrentText("surprisal")
+    assert [background(view, i) for i in range(len(steps))] != before  # the model was sure of some, not all
+    assert "8+" in child(win, QLabel, "legendLabel").text()
+    win.close()
+    again = shown_window(qtbot, story_model, prefs)
+    assert child(again, QComboBox, "colourBy").currentText() == "surprisal"
+    assert again.token_view.colour_mode() == "surprisal"
+    step(qtbot, again)
+    first = again.token_view.step(0)
+    assert background(again.token_view, 0) == expected_background(first, "surprisal", 0)
+    again.close()
+
+
+def test_reset_and_a_new_session_clear_the_strip(qtbot, window):
+    steps = generated(qtbot, window)
+    strip = strip_of(window)
+    assert strip.count() == len(steps)
+    window.controller.reset()
+    strip = strip_of(window)
+    assert strip.count() == 0 and strip.marked == -1
+    assert child(window, QListWidget, "leastConfident").count() == 0
+    assert child(window, QLabel, "perplexityLabel").text() == ""
+    steps = generated(qtbot, window, seed=9)
+    assert strip_of(window).count() == len(steps)
+    np.testing.assert_array_equal(strip.values("surprisal"), nan_list(steps, "surprisal"))
+
+
+def test_an_opened_trace_and_a_branch_fill_the_strip(qtbot, window, tmp_path):
+    steps = generated(qtbot, window)
+    window.export_trace(tmp_path / "trace.json")
+    window.controller.reset()
+    window.open_trace(tmp_path / "trace.json")
+    strip = strip_of(window)
+    assert strip.count() == len(steps)
+    np.testing.assert_allclose(strip.values("surprisal"), nan_list(steps, "surprisal"))
+    window.controller.reset()
+    generated(qtbot, window)
+    window.token_view.click_step(5)
+    with qtbot.waitSignal(window.controller.runFinished, timeout=15000):
+        window.continue_button.click()
+    window.controller.flush()
+    strip = strip_of(window)
+    branch = window.token_view.steps()
+    assert strip.count() == len(branch)
+    np.testing.assert_array_equal(strip.values("surprisal"), nan_list(branch, "surprisal"))
+
+
+def test_ten_thousand_points_are_drawn_in_place(qtbot, window):
+    """10,000 points, then one frame's batch: the strip holds them all (its speed: bench/strip_speed.py)."""
+    template = engine.generate(window.model, "mia has a red ball.", max_new_tokens=50).steps
+    steps = [template[i % len(template)] for i in range(10_000)]
+    view, strip = window.token_view, strip_of(window)
+    view.show_session("mia has a red ball.", steps[:9_990])
+    strip.flush()
+    strip.grab()
+    view.append_steps(steps[9_990:])  # one frame's batch reaches the view, and through it the strip
+    strip.flush()
+    strip.grab()  # the paint too
+    assert strip.count() == 10_000
+    np.testing.assert_array_equal(strip.values("surprisal")[-10:], nan_list(steps[-10:], "surprisal"))
