@@ -42,6 +42,8 @@ class Controller(QObject):
     requestPreview = Signal()
     loadModel = Signal(object)  # {"source": ..., and engine.load_model's options}
     findModels = Signal(object)  # the recent files, for the worker's discovery
+    scoreText = Signal(str, object)  # (a text, the controls' settings)
+    textScored = Signal(object)  # for outside observers: the engine.ScoreResult shown
     traceWanted = Signal(object)  # a Future the worker fills with the session's trace
     # for outside observers (tests, bench)
     runFinished = Signal(str)
@@ -77,7 +79,7 @@ class Controller(QObject):
                              (self.continueWith, worker.continue_with), (self.replayTrace, worker.replay),
                              (self.resetSession, worker.reset), (self.requestPreview, worker.send_preview),
                              (self.loadModel, worker.load_model), (self.setRules, worker.set_rules),
-                             (self.findModels, worker.find_models),
+                             (self.findModels, worker.find_models), (self.scoreText, worker.score_text),
                              (self.traceWanted, worker.make_trace)):  # fmt: skip
             signal.connect(slot)
         # this QObject's slots: queued, so they run on the GUI thread in the order the worker sent them
@@ -88,7 +90,7 @@ class Controller(QObject):
                              (worker.failed, self._on_failed), (worker.busyChanged, self._on_busy),
                              (worker.replayed, self._on_replayed), (worker.loadProgress, self._on_load_progress),
                              (worker.modelLoaded, self._on_model_loaded),
-                             (worker.modelsFound, self.picker.set_found)):  # fmt: skip
+                             (worker.modelsFound, self.picker.set_found), (worker.scored, self._on_scored)):  # fmt: skip
             signal.connect(slot)
 
         c = w.controls
@@ -261,6 +263,23 @@ class Controller(QObject):
             status += (f" The controls cannot show all of its settings ({'; '.join(not_shown)}): Replay uses the "
                        "trace's own, Generate what the controls show.")  # fmt: skip
         self._set_status(status)
+
+    def score_text(self, text: str) -> None:
+        """Read a text with the model, token by token (the worker scores it); shown like a generation."""
+        if self.running or self.loading or self._replaying is not None or self._settings_refused():
+            self._set_status("Busy: score the text once the model is free")
+            return
+        self._set_status("Scoring the text...")
+        self.scoreText.emit(text, self.window.controls.settings())
+
+    def _on_scored(self, result, first: str) -> None:
+        self.reset()
+        self.window.token_view.show_session(first, list(result.steps))
+        self.window.chart.clear("Scored text: click a token to see what the model expected there")
+        self.window.stop_reason.setText(f"Scored {len(result.steps)} tokens: perplexity {result.perplexity:.2f}")
+        self._set_status(f"Scored {len(result.steps)} tokens with {self.model.name}: log-likelihood "
+                         f"{result.log_likelihood:.2f} nats, perplexity {result.perplexity:.3f}")  # fmt: skip
+        self.textScored.emit(result)
 
     def replay(self) -> None:
         if self.trace_viewed is not None and not self.running and self._replaying is None:

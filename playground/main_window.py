@@ -10,6 +10,7 @@ from PySide6.QtWidgets import (
     QComboBox,
     QFileDialog,
     QHBoxLayout,
+    QInputDialog,
     QLabel,
     QLineEdit,
     QMainWindow,
@@ -194,12 +195,21 @@ class MainWindow(QMainWindow):
         self.replay_action = QAction("Replay trace", self, shortcut=QKeySequence("Ctrl+P"))
         self.replay_action.setEnabled(False)
         self.replay_action.triggered.connect(lambda: self.controller.replay())
+        score = QAction("Score a text...", self, shortcut=QKeySequence("Ctrl+T"))
+        score.setObjectName("scoreTextAction")
+        score.triggered.connect(self._score_dialog)
         quit_ = QAction("Quit", self, shortcut=QKeySequence("Ctrl+Q"))
         quit_.triggered.connect(self.close)
-        for action in (export, open_, self.replay_action):
+        for action in (export, open_, self.replay_action, score):
             file_menu.addAction(action)
         file_menu.addSeparator()
         file_menu.addAction(quit_)
+
+    def _score_dialog(self) -> None:
+        text, ok = QInputDialog.getMultiLineText(self, "Score a text",
+                                                 "A text to read token by token: what did the model expect?")  # fmt: skip
+        if ok and text:
+            self.controller.score_text(text)
 
     def _export_dialog(self) -> None:
         path, _ = QFileDialog.getSaveFileName(self, "Export trace", "trace.json", "Trace (*.json)")

@@ -59,6 +59,7 @@ class GenerationWorker(QObject):
     loadProgress = Signal(int, int)  # (done, total) while a model loads
     modelLoaded = Signal(object)  # the new model; the old session is gone
     modelsFound = Signal(object)  # engine.find_models' list
+    scored = Signal(object, str)  # (engine.ScoreResult, the text of its first token: read, not scored)
 
     def __init__(self, model):
         super().__init__()
@@ -290,6 +291,17 @@ class GenerationWorker(QObject):
             self._emit_preview()  # before `paused`: once the GUI hears it, the chart has what comes next
             self.paused.emit()
         return True
+
+    @Slot(str, object)
+    def score_text(self, text: str, settings: dict) -> None:
+        """Score a text under the model (engine.score), off the GUI thread; the session is left as it is."""
+        try:
+            result = engine.score(self.model, text, **settings)
+            first = self.model.tokenizer.decode(result.token_ids[:1])
+        except ValueError as error:
+            self.failed.emit(f"could not score the text: {error}")
+            return
+        self.scored.emit(result, first)
 
     @Slot(object)
     def find_models(self, recent) -> None:

@@ -187,3 +187,26 @@ def test_ten_thousand_points_are_drawn_in_place(qtbot, window):
     strip.grab()  # the paint too
     assert strip.count() == 10_000
     np.testing.assert_array_equal(strip.values("surprisal")[-10:], nan_list(steps[-10:], "surprisal"))
+
+
+def test_score_a_text_shows_it_like_a_generation(qtbot, window, story_model):
+    """File > Score a text...: the worker reads the text; the view, the strip and (on a click) the chart show
+    what the model expected at each token; the numbers are engine.score's."""
+    text = "mia has a red ball. mia goes to the barn."
+    with qtbot.waitSignal(window.controller.textScored, timeout=30000) as blocker:
+        window.controller.score_text(text)
+    result = blocker.args[0]
+    expected = engine.score(story_model, text)
+    assert result.log_likelihood == pytest.approx(expected.log_likelihood, abs=1e-5)
+    view, strip = window.token_view, strip_of(window)
+    strip.flush()
+    assert [s.token_id for s in view.steps()] == list(expected.token_ids[1:]) and strip.count() == len(expected.steps)
+    assert f"perplexity {expected.perplexity:.2f}" in window.stop_reason.text()
+    barn = [s.token for s in view.steps()].index(" barn")
+    view.click_step(barn)
+    window.chart.flush()
+    assert window.chart.shown()[0][0].strip() in ("park", "barn", "garden", "mall")  # what it expected there
+    with qtbot.waitSignal(window.controller.message, timeout=30000) as blocker:
+        window.controller.score_text("mia has a Red ball.")
+    assert "could not score the text" in blocker.args[0] and "'R' at position 10" in blocker.args[0]
+    assert [s.token_id for s in view.steps()] == list(expected.token_ids[1:])  # the scored text stays shown
