@@ -2,6 +2,7 @@
 
 from engine.core import __version__
 from engine.core.checks import UnknownCharacterError
+from engine.core.compare import Comparison, compare
 from engine.core.contract import Backend, Capabilities, Context
 from engine.core.replay import ReplayReport, replay, replay_session
 from engine.core.rules import CommandTool, Rule
@@ -17,9 +18,9 @@ from engine.story.checkpoint import resources_dir
 from engine.story.model import Config, StoryModel
 
 __all__ = [
-    "LLAMA_CPP_ORDER", "MAX_SEED", "MAX_TEMPERATURE", "SAMPLERS", "STAGE_NAMES", "TOP_CANDIDATES", "Backend", "Candidates", "Capabilities",
+    "LLAMA_CPP_ORDER", "MAX_SEED", "MAX_TEMPERATURE", "SAMPLERS", "STAGE_NAMES", "TOP_CANDIDATES", "Backend", "Candidates", "Capabilities", "Comparison",
     "Context", "CommandTool", "Config", "FoundModel", "GenerationResult", "ReplayReport", "Rule", "ScoreResult", "Session",
-    "Settings", "Step", "StoryModel", "UnknownCharacterError", "generate", "load_model", "load_trace",
+    "Settings", "Step", "StoryModel", "UnknownCharacterError", "compare", "generate", "load_model", "load_trace",
     "next_token_probs", "find_models", "replay", "replay_session", "resources_dir", "save_trace", "score",
     "smollm2_path", "validate_trace", "__version__",
 ]  # fmt: skip
