@@ -161,8 +161,8 @@ def apply_typical(logits, p: float | None) -> np.ndarray:  # [V] -> [V]
 def _sigma_bound(x, n):  # float32 [m] finite logits, float32 n -> float32 max - n * std, as llama.cpp has it
     count = np.float32(len(x))  # size_t -> float, exact below 2**24
     mean = _sequential_sum(x) / count
-    d = (x - mean).astype(np.float64)  # [m]: float32 differences, squared exactly in double
-    std = np.sqrt(_running_sum(d * d) / count)  # float32
+    squares = np.square(x - mean, dtype=np.float64)  # [m]: float32 differences, squared exactly in double
+    std = np.sqrt(_running_sum(squares) / count)  # float32
     return x.max() - n * std  # float32
 
 
@@ -182,10 +182,10 @@ def apply_top_n_sigma(logits, n: float | None) -> np.ndarray:  # [V] -> [V]
     if len(x) == 0:
         return logits
     bound = _sigma_bound(x, n)
-    removed = (logits < bound) & ~np.isneginf(logits)  # [V] what goes now
-    if not removed.any():
-        return logits
-    return np.where(removed, NEG_INF, logits)
+    below = logits < bound  # [V]: what goes now, and what was gone already (-inf)
+    if np.count_nonzero(below) == len(logits) - len(x):
+        return logits  # only the gone ones
+    return np.where(below, NEG_INF, logits)
 
 
 def _count_at_least(logits, threshold) -> int:  # float32 [V], -inf = removed -> how many in play have p >= threshold
