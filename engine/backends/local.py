@@ -66,8 +66,9 @@ class LocalContext:
         try:
             if len(token_ids) > 1:
                 rows += list(self._forward(list(ids[fed:]) + list(token_ids[:-1])))
+            text_ids = np.asarray([*ids, *token_ids], dtype=np.int64)  # each step's history is a view of it
             steps = [
-                maker.make(row, token_id, source, maker.distributions(row, self._given([*ids, *token_ids[:i]], settings)),
+                maker.make(row, token_id, source, maker.distributions(row, self._given(text_ids[: len(ids) + i], settings)),
                            options=options if i == 0 else None)
                 for i, (token_id, row) in enumerate(zip(token_ids, rows))
             ]  # fmt: skip

@@ -45,7 +45,9 @@ class Context(Protocol):
     """One session's position state."""
 
     def candidates(self, ids: list[int], text: str, settings: Settings) -> Candidates:
-        """The next position's distribution (top candidates at every stage), without taking a step."""
+        """The next position's distribution (top candidates at every stage), without taking a step. Contexts
+        that sample locally also take `prefix=` (bytes token healing still has to spell), as sample does; the
+        Session passes it only to them (a server refuses healing: it samples itself)."""
 
     def sample(
         self, ids: list[int], text: str, settings: Settings, random: Callable[[], float], stream: bool, remaining: int
