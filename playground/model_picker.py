@@ -177,10 +177,10 @@ class ModelPicker(QObject):
 
     def edit_settings(self) -> None:
         """The settings of the file in use: changed ones reload it (the old model stays until then)."""
-        source, _backend = self.current
+        source, backend = self.current
         found = engine.FoundModel.at(source) if source else None
         if found is not None and not self.busy():
-            self.ask_settings(found, backend=_backend)
+            self.ask_settings(found, backend=backend)
 
     def ask_settings(self, found, backend: str | None = None) -> None:
         """The settings dialog for this file; OK remembers them and loads it with them."""
