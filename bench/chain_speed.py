@@ -1,7 +1,7 @@
 """The sampler chain's cost per step with every stage on, stage by stage, over a whole vocabulary: SmolLM2's
 49,152 tokens and Gemma 3's 262,144 (issue 14's goals: <= 2 ms and <= 6 ms per step). Rows are real scores
 when the models are installed (llama.cpp backend), else random rows of the same size; the history is 500
-tokens of a repetitive text, so the penalties and DRY have work to do.
+tokens that end with a phrase seen before, so the penalties and DRY have work to do.
 
     python bench/chain_speed.py [--rounds 200]
 """
@@ -48,6 +48,16 @@ def random_rows(size: int, seed: int = 0) -> np.ndarray:  # [4, size] float32 sp
     return (rng.standard_normal((4, size)) * 3 + rng.standard_normal(size) * 2).astype(np.float32)
 
 
+def history_with_a_repeat(size: int = 500, repeat: int = 12) -> np.ndarray:
+    """[size] token ids like a text's: ids of common words (so the penalties find repeats in their window),
+    ending with a 12-token phrase seen earlier (so DRY penalises the token that would continue it, by
+    0.8 * 1.75 ** 10). A history that is one phrase over and over instead drives DRY's penalty to
+    -FLT_MAX: top-n-sigma's standard deviation overflows and it keeps every token, as in llama.cpp."""
+    ids = np.random.default_rng(1).integers(0, 2_000, size)
+    ids[-repeat:] = ids[100 : 100 + repeat]
+    return ids.astype(np.int64)
+
+
 class Texts:
     """A stand-in tokenizer for StepMaker's candidate texts (the chain itself needs none)."""
 
@@ -85,8 +95,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=200)
     args = parser.parse_args()
-    history = np.array(([11, 12, 13, 14, 15, 16, 17, 18] * 70)[:500], dtype=np.int64)
-    given = ChainInput(history, 0.0, None)  # DRY without breakers: its repeat search still runs
+    given = ChainInput(history_with_a_repeat(), 0.0, None)  # DRY without breakers: its repeat search still runs
     print("ms per step, median of", args.rounds, "(1 BLAS thread)")
     with threadpool_limits(1):
         for label, path, size, goal in (("SmolLM2", engine.smollm2_path(), 49_152, 2.0),

@@ -289,16 +289,16 @@ def test_top_n_sigma_uses_the_population_std_of_the_finite_logits():
 
 def test_running_sum_replays_c_float_accumulation():
     """top-n-sigma's `float acc; acc += pow(float d, 2)` adds each double square to acc in double and rounds
-    to float; _running_sum reproduces that bit for bit (a float32 cumsum of float32 squares does not)."""
+    to float; _sum_of_squares reproduces that bit for bit (a float32 cumsum of float32 squares does not)."""
     rng = np.random.default_rng(7)
     differs = 0
     for size in (1, 5, 5000, 20000):
-        d = (rng.standard_normal(size) * 3).astype(np.float32).astype(np.float64)
+        d = (rng.standard_normal(size) * 3).astype(np.float32)
         acc = np.float32(0)
-        for term in (d * d).tolist():
-            acc = np.float32(float(acc) + term)
-        assert filters._running_sum(d * d) == acc
-        differs += np.cumsum((d * d).astype(np.float32))[-1] != acc
+        for term in d.tolist():
+            acc = np.float32(float(acc) + term * term)  # term * term in double: exact
+        assert filters._sum_of_squares(d) == acc
+        differs += np.cumsum(d * d)[-1] != acc
     assert differs  # the shortcut would not have been exact
 
 

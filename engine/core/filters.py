@@ -14,7 +14,7 @@ and top-n-sigma's bound notice a single ulp, so the arithmetic follows llama.cpp
 - glibc's expf and logf are within 0.502 ulp of exact, so exp and log are taken in float64 and rounded to
   float32 (numpy's own float32 exp and log are 1 ulp away on a third and an eighth of inputs);
 - top-n-sigma's mean is a float32 sum in token order, and its `float acc += pow(float d, 2)` squares and adds
-  in double and rounds to float at every step: `_running_sum` replays exactly that.
+  in double and rounds to float at every step: `_sum_of_squares` replays exactly that.
 XTC needs the softmax's exact sum only for a probability within its rounding error of the threshold, and
 skips the sort otherwise (`_count_at_least`). What may still differ is rounding alone, at an exact boundary:
 glibc 2.36 rounds about 1 expf in 1,800 and 1 logf in 330 the other way, which can move a sum by an ulp. (No
@@ -72,30 +72,28 @@ def _softmax_sum(e):  # float32 [m] exponentials, the largest exactly 1 -> float
     return _sequential_sum(np.sort(e[e >= np.float32(2.0**-24)])[::-1])
 
 
-def _running_sum(terms):  # float64 [m] -> float32: acc = float(double(acc) + term), term by term
-    """C's `float acc = 0; for (...) acc += (double) term;` exactly. A float32 cumsum of the terms rounded to
-    float32 is right at all but a few steps (where rounding the term first tips the sum's rounding: a chance
-    of ~1 / (2 i) at step i, so ~ln(m) / 2 steps in all, most of them early). Each step is checked; after
-    the first wrong one the cumsum resumes from its right value. The chunks double, so a wrong step costs a
-    redo of its chunk only."""
-    with np.errstate(over="ignore"):  # a sum past float32's range is inf, as C's float makes it
-        return _running_sum_in_range(terms)
-
-
-def _running_sum_in_range(terms):  # float64 [m] -> float32 (see _running_sum)
-    acc, start, size = np.float32(0), 0, len(terms)
-    while start < size:
-        end = min(size, max(2 * start, 4096))
-        chunk = terms[start:end].astype(np.float32)  # [c]
-        chunk[0] = np.float32(np.float64(acc) + terms[start])  # the first step exactly
-        guess = np.cumsum(chunk)  # [c]: guess[j] = acc after term start + j, if no step went wrong
-        redone = (guess[:-1].astype(np.float64) + terms[start + 1 : end]).astype(np.float32)  # [c - 1]
-        wrong = np.flatnonzero(redone != guess[1:])
-        if len(wrong) == 0:
-            acc, start = guess[-1], end
-        else:  # guess[first] is right, guess[first + 1] is not
-            first = int(wrong[0])
-            acc, start = redone[first], start + first + 2
+def _sum_of_squares(d):  # float32 [m] -> float32: C's `float acc = 0; for (...) acc += pow((double) d, 2)`
+    """That sum exactly: each square is exact in double, added to acc in double and rounded to float. A
+    float32 cumsum of the float32 squares (each correctly rounded) is right at all but a few steps (where
+    rounding the square first tips the sum's rounding: a chance of ~1 / (2 i) at step i, so ~ln(m) / 2 steps
+    in all, most of them early). Each step is checked; after the first wrong one the cumsum resumes from its
+    right value. The chunks double, so a wrong step costs a redo of its chunk only."""
+    with np.errstate(over="ignore"):  # a square or a sum past float32's range is inf, as C's float makes it
+        rounded = np.square(d)  # [m] float32
+        exact = np.square(d, dtype=np.float64)  # [m]
+        acc, start, size = np.float32(0), 0, len(d)
+        while start < size:
+            end = min(size, max(2 * start, start + 1024))
+            chunk = rounded[start:end].copy()  # [c]
+            chunk[0] = np.float32(np.float64(acc) + exact[start])  # the first step exactly
+            guess = np.cumsum(chunk)  # [c]: guess[j] = acc after term start + j, if no step went wrong
+            redone = np.add(guess[:-1], exact[start + 1 : end], dtype=np.float64).astype(np.float32)  # [c - 1]
+            wrong = np.flatnonzero(redone != guess[1:])
+            if len(wrong) == 0:
+                acc, start = guess[-1], end
+            else:  # guess[first] is right, guess[first + 1] is not
+                first = int(wrong[0])
+                acc, start = redone[first], start + first + 2
     return acc
 
 
@@ -158,18 +156,26 @@ def apply_typical(logits, p: float | None) -> np.ndarray:  # [V] -> [V]
     return out
 
 
-def _sigma_bound(x, n):  # float32 [m] finite logits, float32 n -> float32 max - n * std, as llama.cpp has it
-    count = np.float32(len(x))  # size_t -> float, exact below 2**24
+def _sigma_bound(logits, n, gone=None):  # float32 [V], float32 n, [g] removed positions -> float32 max - n * std
+    """max - n * std as llama.cpp computes it over the finite logits. A removed token counts as a 0 in both
+    float sums: adding +0.0 leaves a float sum exactly as it was, so they are the sums of the finite ones."""
+    count = np.float32(len(logits) - (0 if gone is None else len(gone)))  # size_t -> float, exact below 2**24
+    x = logits
+    if gone is not None:
+        x = logits.copy()
+        x[gone] = 0
     mean = _sequential_sum(x) / count
-    squares = np.square(x - mean, dtype=np.float64)  # [m]: float32 differences, squared exactly in double
-    std = np.sqrt(_running_sum(squares) / count)  # float32
-    return x.max() - n * std  # float32
+    d = x - mean  # [V] float32
+    if gone is not None:
+        d[gone] = 0
+    std = np.sqrt(_sum_of_squares(d) / count)  # float32
+    return logits.max() - n * std  # float32
 
 
-def apply_top_n_sigma(logits, n: float | None) -> np.ndarray:  # [V] -> [V]
+def top_n_sigma_kept(logits, n: float | None) -> np.ndarray | None:  # [V] -> [k] positions kept, or None
     """Top-n-sigma (llama_sampler_init_top_n_sigma): keep the tokens whose logit is >= max - n * std, std the
-    population standard deviation (divided by the count, not count - 1) of the finite logits. n <= 0 (or
-    None) and rows of one token are no-ops.
+    population standard deviation (divided by the count, not count - 1) of the finite logits. -> the kept
+    positions (ascending), or None when it removes nothing: n <= 0 (or None), rows of one token.
 
     As llama.cpp computes it: the mean is a float32 sum in token order divided by the count, each square
     (d = logit - mean in float32) is taken and added in double and rounded to float, std = sqrt(acc / count)
@@ -177,15 +183,23 @@ def apply_top_n_sigma(logits, n: float | None) -> np.ndarray:  # [V] -> [V]
     logits = np.asarray(logits, dtype=np.float32)
     n = None if n is None else np.float32(n)  # llama_sampler_top_n_sigma.n is a float
     if n is None or n <= 0 or len(logits) <= 1:
+        return None
+    gone = np.flatnonzero(logits == NEG_INF) if logits.min() == NEG_INF else None  # [g] positions removed
+    if gone is not None and len(gone) == len(logits):
+        return None
+    kept = np.flatnonzero(logits >= _sigma_bound(logits, n, gone))  # [k]
+    return None if len(kept) == len(logits) - (0 if gone is None else len(gone)) else kept
+
+
+def apply_top_n_sigma(logits, n: float | None) -> np.ndarray:  # [V] -> [V]
+    """Top-n-sigma as a row: -inf where `top_n_sigma_kept` removes a token."""
+    logits = np.asarray(logits, dtype=np.float32)
+    kept = top_n_sigma_kept(logits, n)
+    if kept is None:
         return logits
-    x = logits[~np.isneginf(logits)]  # [m] the finite logits, in token order
-    if len(x) == 0:
-        return logits
-    bound = _sigma_bound(x, n)
-    below = logits < bound  # [V]: what goes now, and what was gone already (-inf)
-    if np.count_nonzero(below) == len(logits) - len(x):
-        return logits  # only the gone ones
-    return np.where(below, NEG_INF, logits)
+    out = np.full_like(logits, NEG_INF)
+    out[kept] = logits[kept]
+    return out
 
 
 def _count_at_least(logits, threshold) -> int:  # float32 [V], -inf = removed -> how many in play have p >= threshold

@@ -1,8 +1,10 @@
 """Penalties on a row of scores, exactly as llama.cpp defines them (src/llama-sampler.cpp): the logit bias,
 the repetition/frequency/presence penalties and DRY ("don't repeat yourself").
 
-Every function takes a float32 [V] row (-inf = a removed token, which stays -inf), never changes it in place
-and returns a float32 [V] row; neutral settings return the input itself. History is the token ids so far,
+Every `*_change` function takes a float32 [V] row (-inf = a removed token, which stays -inf) and returns the
+change it makes, (ids [u], their new float32 scores [u]), or None for neutral settings: a penalty touches a
+few tokens of a whole vocabulary, so the chain updates those alone (sampling.on_scores). The `apply_*`
+functions give the whole new [V] row (a copy; the input itself for neutral settings). History is the token ids so far,
 oldest first. last_n: how many of the latest tokens a penalty looks at; 0 = off, -1 = the whole history (as
 llama.cpp's common parameters once defined -1: the context size; llama.cpp's samplers themselves clamp a
 negative last_n to 0, off).
@@ -31,32 +33,51 @@ def _window(history, last_n: int) -> np.ndarray:  # -> [n] int64: the last last_
     return ids if last_n == -1 else ids[max(len(ids) - last_n, 0) :]
 
 
-def _rescored(logits, ids, new_scores) -> np.ndarray:  # [V], [u] ids, [u] scores -> [V]: a copy, -inf kept
+def _changed(logits, ids, new_scores) -> tuple[np.ndarray, np.ndarray]:  # [V], [u], [u] -> ([u], [u]): -inf kept
+    return ids, np.where(np.isneginf(logits[ids]), NEG_INF, new_scores).astype(np.float32)
+
+
+def applied(logits, change) -> np.ndarray:  # [V], a change (or None) -> [V]: a copy with the new scores
+    if change is None:
+        return logits
+    ids, scores = change
     out = logits.copy()
-    out[ids] = np.where(np.isneginf(logits[ids]), NEG_INF, new_scores)
+    out[ids] = scores
     return out
 
 
 def apply_logit_bias(logits, bias: Mapping[int, float]) -> np.ndarray:  # [V] -> [V]
+    return applied(logits, logit_bias_change(logits, bias))
+
+
+def apply_penalties(logits, history, last_n: int, repeat: float, frequency: float, presence: float) -> np.ndarray:
+    return applied(logits, penalties_change(logits, history, last_n, repeat, frequency, presence))
+
+
+def apply_dry(logits, history, multiplier, base, allowed_length: int, last_n: int, breakers) -> np.ndarray:
+    return applied(logits, dry_change(logits, history, multiplier, base, allowed_length, last_n, breakers))
+
+
+def logit_bias_change(logits, bias: Mapping[int, float]):  # [V] -> ([b] ids, [b] scores) or None
     """Add bias[id] to each named token's score (llama_sampler_init_logit_bias). A -inf bias bans the token
     (its score becomes -inf); ids outside the row are skipped, as llama.cpp skips them (it searches the
     candidates for the id and finds none)."""
     if not bias:
-        return logits
+        return None
     ids = np.fromiter(bias.keys(), dtype=np.int64, count=len(bias))  # [b]
     added = np.fromiter(bias.values(), dtype=np.float32, count=len(bias))  # [b]: llama_logit_bias.bias is a float
     inside = (ids >= 0) & (ids < len(logits))
     ids, added = ids[inside], added[inside]
-    return _rescored(logits, ids, logits[ids] + added)
+    return _changed(logits, ids, logits[ids] + added)
 
 
-def apply_penalties(logits, history, last_n: int, repeat: float, frequency: float, presence: float) -> np.ndarray:
+def penalties_change(logits, history, last_n: int, repeat: float, frequency: float, presence: float):
     """llama.cpp's penalties sampler over the last last_n tokens of history: each token seen there count
     times has its score divided by repeat (score > 0) or multiplied by it (score <= 0), then lowered by
     count * frequency + presence. O(len(history) + distinct tokens)."""
     repeat, frequency, presence = np.float32(repeat), np.float32(frequency), np.float32(presence)
     if last_n == 0 or len(history) == 0 or (repeat == 1 and frequency == 0 and presence == 0):
-        return logits
+        return None
     ids, counts = np.unique(_window(history, last_n), return_counts=True)  # [u] distinct ids, [u] counts
     inside = (ids >= 0) & (ids < len(logits))
     ids, counts = ids[inside], counts[inside]
@@ -66,7 +87,7 @@ def apply_penalties(logits, history, last_n: int, repeat: float, frequency: floa
         scores = np.where(scores <= 0, scores * repeat, scores / repeat)
         # float32 as in C: count * frequency + presence first (presence once: count > 0 always), then subtracted
         scores = scores - (counts.astype(np.float32) * frequency + presence)
-    return _rescored(logits, ids, scores)
+    return _changed(logits, ids, scores)
 
 
 @dataclass(frozen=True, eq=False)
@@ -165,9 +186,9 @@ def _z_array(s: list[int]) -> list[int]:
     return z
 
 
-def apply_dry(
+def dry_change(
     logits, history, multiplier: float, base: float, allowed_length: int, last_n: int, breakers: DryBreakers | None
-) -> np.ndarray:  # [V] -> [V]
+):  # [V] -> ([u] ids, [u] scores) or None
     """DRY (llama_sampler_init_dry): a token that would extend a repeat of the last tokens (a sequence seen
     earlier in the last last_n tokens) longer than allowed_length is lowered by
     multiplier * base ** (repeat length - allowed_length), the longest such repeat per token. Repeats never
@@ -176,14 +197,14 @@ def apply_dry(
     """
     multiplier, base = np.float32(multiplier), np.float32(base)
     if multiplier == 0 or base < 1 or last_n == 0:
-        return logits
+        return None
     window = _window(history, last_n)
     if len(window) <= allowed_length:
-        return logits
+        return None
     recent = window[::-1].tolist()  # [n]: the Z-algorithm runs backwards from the last token
     limit = _repeat_limit(recent, breakers)
     if limit < allowed_length:
-        return logits
+        return None
     # a token recent[k-1] that followed a match of the last z[k] tokens would extend that repeat (llama.cpp caps
     # z at the limit inside its Z loop: the same as min(z, limit) afterwards)
     lengths = np.minimum(np.asarray(_z_array(recent)[1:], dtype=np.int64), limit)  # [n-1]
@@ -202,4 +223,4 @@ def apply_dry(
         exponent = np.minimum(exponent, max_exponent)
     with np.errstate(over="ignore"):  # C: float * std::pow(float, int) in double, stored as a float (may be inf)
         penalty = (np.float64(multiplier) * np.float64(base) ** exponent).astype(np.float32)
-        return _rescored(logits, ids, logits[ids] - penalty)
+        return _changed(logits, ids, logits[ids] - penalty)

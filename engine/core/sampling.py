@@ -29,6 +29,7 @@ replay. `chain(settings)` is a tuple of named `Stage`s; `run_chain` gives the `R
 (engine/core/steps.py's `Distributions`).
 """
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -40,8 +41,10 @@ from engine.core.settings import Settings
 
 
 def softmax(scores):  # [V] -> [V], float32 in, float32 out
-    e = np.exp(scores - scores.max())
-    return e / e.sum()
+    e = scores - scores.max()
+    np.exp(e, out=e)
+    e /= e.sum()
+    return e
 
 
 def top_p_positions(probs, scores, p: float):
@@ -136,39 +139,80 @@ class Stage:
     apply: Callable[[Row, ChainInput], Row]
 
 
-def rescored(row: Row, logits) -> Row:
-    """The row after a stage that changed its scores: the softmax of the new scores."""
-    return Row(logits, softmax(logits), row.vocab, row.ids)
+def rescored(row: Row, positions, scores) -> Row:
+    """The row with new scores at these positions ([c] each) and the softmax of the result. Penalties, DRY
+    and a logit bias change a few scores of a whole vocabulary, so the old probabilities are rescaled
+    rather than taking an exp of every score again: p_i / total for the unchanged, p_best * exp(x_i - best)
+    / total for the changed (p_best = 1 / Z, the old best's probability), total = the new sum of these
+    (in float64): the softmax within a few float32 ulps. A full softmax where the rescaling would lose
+    precision: the changed tokens held most of the mass, or one now scores above the old best."""
+    logits = row.logits.copy()
+    logits[positions] = scores
+    best = int(np.argmax(row.logits))
+    if len(positions) * 8 > len(logits) or scores.max(initial=-np.inf) > row.logits[best]:
+        return Row(logits, softmax(logits), row.vocab, row.ids)
+    grown = row.probs[best] * np.exp(scores - row.logits[best])  # [c] float32: exp(x - best) / Z
+    total = 1 + float(grown.sum(dtype=np.float64)) - float(row.probs[positions].sum(dtype=np.float64))
+    if total < 0.5:  # most of the mass moved: 1 - sum would cancel
+        return Row(logits, softmax(logits), row.vocab, row.ids)
+    probs = row.probs / np.float32(total)  # [n]
+    probs[positions] = grown / np.float32(total)
+    return Row(logits, probs, row.vocab, row.ids)
 
 
 def on_scores(row: Row, change) -> Row:
-    """A stage that changes scores by token id (change: [V] scores -> [V] scores), on a whole row or a kept one."""
-    new = change(row.logits) if row.ids is None else change(row.dense_logits())[row.ids]
-    if new is row.logits or not np.isfinite(new).any():
-        return row  # unchanged, or a ban of every token left (after greedy, say): it gives way, leaving one
-    return rescored(row, new)
+    """A stage that changes a few scores by token id (change: [V] scores -> (ids, new scores) or None, as
+    penalties.py's `*_change` functions), on a whole row or a kept one."""
+    found = change(row.dense_logits())
+    if found is None:
+        return row
+    at, inside = row.positions(found[0])
+    at, scores = at[inside], found[1][inside]
+    if np.isneginf(scores).all() and np.isneginf(row.logits).sum() + len(at) >= len(row.logits):
+        return row  # a ban of every token left (after greedy, say): it gives way, leaving something to draw
+    return rescored(row, at, scores)
+
+
+_scratch = threading.local()
+
+
+def _zeros(size: int) -> np.ndarray:
+    """A [size] float32 row of zeros, this thread's own, to be left as zeros after use: a fresh 1 MB array
+    per stage costs more in page faults than the sum it serves."""
+    row = getattr(_scratch, "zeros", None)
+    if row is None or len(row) != size:
+        row = _scratch.zeros = np.zeros(size, dtype=np.float32)
+    return row
 
 
 def kept(row: Row, positions, contract: bool = False) -> Row:
     """The row with only the tokens at these positions, renormalised. contract: normalise as the generation
     contract always has (summing the whole [V] row, zeros and all), so recorded traces replay bit for bit."""
-    positions = np.sort(np.asarray(positions, dtype=np.int64))
+    positions = np.asarray(positions, dtype=np.int64)
     if len(positions) == len(row.logits):
         return row  # nothing removed
+    if len(positions) > 1 and not (positions[1:] > positions[:-1]).all():
+        positions = np.sort(positions)  # a ranking (top-k's): the row keeps token id order
     probs = row.probs[positions]
+    ids = positions if row.ids is None else row.ids[positions]  # [k] token ids
     if contract:
-        whole = np.zeros(row.vocab, dtype=np.float32)
-        whole[row.token_ids()[positions]] = probs
+        whole = _zeros(row.vocab)
+        whole[ids] = probs
         total = whole.sum()
+        whole[ids] = 0
     else:
         total = probs.sum()
-    return Row(row.logits[positions], probs / total, row.vocab, row.token_ids()[positions])
+    return Row(row.logits[positions], probs / total, row.vocab, ids)
 
 
 def filtered(row: Row, new_logits) -> Row:
     """The row after a filter that marked what it removed with -inf (filters.py's functions)."""
     removed = np.isneginf(new_logits) & ~np.isneginf(row.logits)
     return row if not removed.any() else kept(row, np.flatnonzero(~removed))
+
+
+def _kept_or_row(row: Row, positions) -> Row:  # positions None: the filter removed nothing
+    return row if positions is None else kept(row, positions)
 
 
 def _allowed(row: Row, token_ids) -> Row:
@@ -183,7 +227,8 @@ def _temperature(row: Row, t: float) -> Row:
         return kept(row, [int(np.argmax(row.logits))], contract=True)  # the best score, the lowest id of ties
     if t == 1:
         return row  # the plain softmax is reused as is: identical
-    return rescored(row, row.logits / np.float32(t))
+    logits = row.logits / np.float32(t)
+    return Row(logits, softmax(logits), row.vocab, row.ids)
 
 
 def chain(settings: Settings) -> tuple[Stage, ...]:
@@ -191,10 +236,10 @@ def chain(settings: Settings) -> tuple[Stage, ...]:
     penalties.py and one line here."""
     s = settings
     stages = {
-        "logit_bias": lambda row, given: on_scores(row, lambda x: penalties.apply_logit_bias(x, dict(s.logit_bias))),
-        "penalties": lambda row, given: on_scores(row, lambda x: penalties.apply_penalties(
+        "logit_bias": lambda row, given: on_scores(row, lambda x: penalties.logit_bias_change(x, dict(s.logit_bias))),
+        "penalties": lambda row, given: on_scores(row, lambda x: penalties.penalties_change(
             x, given.history, s.repeat_last_n, s.repeat_penalty, s.frequency_penalty, s.presence_penalty)),
-        "dry": lambda row, given: on_scores(row, lambda x: penalties.apply_dry(
+        "dry": lambda row, given: on_scores(row, lambda x: penalties.dry_change(
             x, given.history, s.dry_multiplier, s.dry_base, s.dry_allowed_length, s.dry_last_n, given.dry_breakers)),
         "temperature": lambda row, given: _temperature(row, s.temperature),
         "top_k": lambda row, given: row if s.top_k is None else kept(row, top_ids(row.logits, s.top_k), True),
@@ -202,7 +247,7 @@ def chain(settings: Settings) -> tuple[Stage, ...]:
             row, top_p_positions(row.probs, row.logits, s.top_p), True),
         "min_p": lambda row, given: row if not s.min_p else kept(
             row, np.flatnonzero(row.probs >= s.min_p * row.probs.max()), True),
-        "top_n_sigma": lambda row, given: filtered(row, filters.apply_top_n_sigma(row.logits, s.top_n_sigma)),
+        "top_n_sigma": lambda row, given: _kept_or_row(row, filters.top_n_sigma_kept(row.logits, s.top_n_sigma)),
         "typical_p": lambda row, given: filtered(row, filters.apply_typical(row.logits, s.typical_p)),
         "xtc": lambda row, given: row if given.xtc_draw is None else filtered(
             row, filters.apply_xtc(row.logits, s.xtc_probability, s.xtc_threshold, given.xtc_draw)),
