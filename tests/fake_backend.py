@@ -182,6 +182,9 @@ class FakeStreamingContext:
             for i, (before, token_id) in enumerate(zip(previous, token_ids))
         ]
 
+    def score(self, ids, settings):
+        return self.force(ids[:1], self.model.tokenizer.decode(ids[:1]), ids[1:], "forced", settings)
+
     def option_probabilities(self, ids, text, encoded, settings):
         results = []
         for token_ids in encoded:

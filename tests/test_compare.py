@@ -2,6 +2,7 @@
 each common span's probability under both models, its log-ratio per token of the first model, and the
 spans where they disagree most; a model that cannot read the text is named."""
 
+import numpy as np
 import pytest
 
 import engine
@@ -57,3 +58,54 @@ def test_the_same_file_on_two_engines_agrees_token_by_token(smollm2):
 def test_a_model_that_cannot_read_the_text_is_named(story_model, smollm2):
     with pytest.raises(ValueError, match=r"story model cannot read this text: 'M' at position 0"):
         engine.compare(smollm2, story_model, "Mia has a ball.")
+
+
+def test_one_tokenizer_compares_each_token_by_rank_and_divergence(story_model):
+    """The same model twice: every token has both ranks equal and a KL divergence of 0."""
+    comparison = engine.compare(story_model, story_model, TEXT)
+    assert comparison.note == ""
+    assert comparison.ranks[0] is None and comparison.divergence[0] is None  # the first token is read
+    assert all(a == b for a, b in comparison.ranks[1:])
+    assert max(comparison.divergence[1:]) < 1e-6
+
+
+def test_divergence_follows_its_definition_across_score_chunks(smollm2):
+    """SmolLM2 in numpy against llama.cpp, over a text longer than one scoring chunk (128 positions): each
+    token's divergence is KL(first || second) of the rows each backend gives for it, written out in float64,
+    and the ranks are each model's own rank of the token."""
+    pytest.importorskip("llama_cpp")
+    text = "The history of computing is longer than the history of computing hardware. " * 12
+    other = engine.load_model("smollm2", backend="llama.cpp", threads=1, context_length=512)
+    try:
+        comparison = engine.compare(smollm2, other, text)
+        ids = smollm2.tokenizer.encode(text)
+        assert len(ids) > 128 and comparison.note == ""
+        rows = [model.forward_cached(ids[:-1], model.new_cache()).astype(np.float64) for model in (smollm2, other)]
+    finally:
+        other.close()
+    for position in (1, 5, 127, 128, 129, len(ids) - 1):
+        p, q = (row[position - 1] - row[position - 1].max() for row in rows)
+        log_p, log_q = p - np.log(np.exp(p).sum()), q - np.log(np.exp(q).sum())
+        expected = float((np.exp(log_p) * (log_p - log_q)).sum())
+        assert comparison.divergence[position] == pytest.approx(expected, abs=2e-4, rel=1e-2)
+        assert comparison.ranks[position] == (comparison.first.steps[position - 1].model_rank,
+                                              comparison.second.steps[position - 1].model_rank)  # fmt: skip
+    assert 0 < max(comparison.divergence[1:]) < 0.5  # one file; llama.cpp's quantized activations differ a little
+    agree = sum(a == b for a, b in comparison.ranks[1:]) / (len(ids) - 1)
+    assert agree > 0.8
+
+
+def test_different_tokenizers_have_no_token_comparison(story_model, smollm2):
+    comparison = engine.compare(story_model, smollm2, TEXT)
+    assert comparison.ranks is None and comparison.divergence is None
+    assert "different tokens" in comparison.note
+
+
+def test_a_server_sharing_the_tokenizer_gives_ranks_but_no_divergence():
+    from fake_backend import FakeBackend, FakeStreamingBackend
+
+    local, server = FakeBackend(), FakeStreamingBackend()
+    text = "".join(local.tokenizer.decode([i]) for i in (1, 2, 3, 4))
+    comparison = engine.compare(local, server, text)
+    assert comparison.ranks is not None and comparison.divergence is None
+    assert "top tokens only" in comparison.note

@@ -17,6 +17,8 @@ from engine.core.sampling import ChainInput
 from engine.core.settings import Settings
 from engine.core.steps import Candidates, Step, StepMaker
 
+SCORE_CHUNK = 128  # positions per forward pass when a text is scored
+
 
 @dataclass
 class GrammarState:
@@ -78,6 +80,27 @@ class LocalContext:
         for position, row in enumerate(rows[1:], start=len(ids) + 1):
             self._rows[position] = row
         return steps
+
+    def score(self, ids, settings) -> list[Step]:
+        return [step for steps, _rows in self.score_chunks(ids, settings) for step in steps]
+
+    def score_chunks(self, ids, settings):  # -> iterator of ([c] steps, [c, V] rows)
+        """Teacher forcing from an empty cache, SCORE_CHUNK positions per forward pass: the records of
+        ids[1:], each read after the ids before it, with the rows they were read from (rows[i]: the
+        distribution of the chunk's i-th token). No row is kept (1,000 positions of Gemma 3's 262,144
+        scores would be 1 GB); engine.compare reads two models' rows side by side."""
+        maker = self._maker_for(settings)
+        self.truncate(0)
+        text_ids = np.asarray(ids, dtype=np.int64)  # each step's history is a view of it
+        try:
+            for start in range(0, len(ids) - 1, SCORE_CHUNK):
+                stop = min(len(ids) - 1, start + SCORE_CHUNK)
+                rows = self._forward(list(ids[start:stop]))  # [c, V]
+                steps = [maker.make(row, ids[i + 1], "forced", maker.distributions(row, self._given(text_ids[: i + 1], settings)))
+                         for i, row in enumerate(rows, start=start)]  # fmt: skip
+                yield steps, rows
+        finally:
+            self.truncate(0)  # a scoring context keeps nothing: the next score starts from the first token
 
     def option_probabilities(self, ids, text, encoded, settings) -> list[tuple[float, float]]:
         maker = self._maker_for(settings)

@@ -9,13 +9,25 @@ is compared only where both models scored all of its tokens (a model's first tok
     Comparison.per_token       for each of the first model's text tokens: its span's log-ratio (None: not
                                compared)
     Comparison.disagreements(n)  the n spans where the models disagree most
+
+Where both read the text as the same token ids (a shared tokenizer: SmolLM2 in numpy and on llama.cpp, a model
+and a server serving its file), each token is compared directly too:
+
+    Comparison.ranks           per first-model token: (its rank under the first model, under the second)
+    Comparison.divergence      per first-model token: KL(first || second) of the two distributions it was read
+                               from, in nats, over the whole vocabulary (both backends must give every
+                               token's score, and the vocabularies must be the same bytes); else None
+    Comparison.note            why a comparison is missing ("" when none is)
 """
 
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from engine.core.checks import checked_text
-from engine.core.scoring import ScoreResult, score
+from engine.core.scoring import ScoreResult, ids_to_score, score, score_result
+from engine.core.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -38,27 +50,42 @@ class Comparison:
     second: ScoreResult
     spans: tuple[Span, ...]
     per_token: tuple[float | None, ...]  # one per token of the first model's tokenization of the text itself
+    ranks: tuple[tuple[int | None, int | None] | None, ...] | None = None  # per token: both ranks (shared ids)
+    divergence: tuple[float | None, ...] | None = None  # per token: KL(first || second), nats
+    note: str = ""
 
     def disagreements(self, n: int = 10) -> list[Span]:
         return sorted(self.spans, key=lambda span: (-abs(span.log_ratio), span.start))[:n]
 
 
 def compare(first_model, second_model, text: str) -> Comparison:
-    """Score the text under both models and compare them span by span. ValueError when a tokenizer cannot
-    encode the text (naming the model and the character) or its tokens do not spell the text back."""
+    """Score the text under both models and compare them span by span (and token by token where they share
+    the token ids). ValueError when a tokenizer cannot encode the text (naming the model and the character),
+    its tokens do not spell the text back, or it is longer than a model's context."""
     checked_text(text, "the text to compare")
     data = text.encode("utf-8")
-    sides = []
+    ids, skips = [], []
     for model in (first_model, second_model):
         try:
-            ids = list(model.tokenizer.encode(text))
+            ids.append(ids_to_score(model, list(model.tokenizer.encode(text))))
         except ValueError as error:
             raise ValueError(f"{model.name} cannot read this text: {error}") from None
-        skip = _leading_specials(model, ids, data)
-        sides.append((ids, skip, score(model, ids)))
-    (ids_a, skip_a, result_a), (ids_b, skip_b, result_b) = sides
-    ends_a, log_p_a = _token_ends(first_model, ids_a, skip_a, result_a)
-    ends_b, log_p_b = _token_ends(second_model, ids_b, skip_b, result_b)
+        skips.append(_leading_specials(model, ids[-1], data))
+    sizes = (first_model.vocab_size, second_model.vocab_size)  # None: a server that does not say
+    shared = ids[0] == ids[1] and (None in sizes or sizes[0] == sizes[1])
+    kl, note = None, ""
+    if not shared:
+        note = "the models read this text as different tokens: compared span by span"
+    elif not all(m.capabilities.full_distribution for m in (first_model, second_model)):
+        note = "a server reports its top tokens only: no divergence over the whole vocabulary"
+    elif not _same_vocabulary(first_model, second_model):
+        note = "the vocabularies differ beyond this text's tokens: no divergence"
+    if shared and not note:
+        result_a, result_b, kl = _side_by_side(first_model, second_model, text, ids[0])
+    else:
+        result_a, result_b = score(first_model, ids[0]), score(second_model, ids[1])
+    ends_a, log_p_a = _token_ends(first_model, ids[0], skips[0], result_a)
+    ends_b, log_p_b = _token_ends(second_model, ids[1], skips[1], result_b)
     common = sorted(set(ends_a) & set(ends_b))
     spans, per_token, start = [], [None] * len(ends_a), 0
     for end in common:
@@ -71,7 +98,45 @@ def compare(first_model, second_model, text: str) -> Comparison:
                 if start < token_end <= end:
                     per_token[index] = span.log_ratio
         start = end
-    return Comparison(text, result_a, result_b, tuple(spans), tuple(per_token))
+    steps = [None if p == 0 else p - 1 for p in range(skips[0], len(ids[0]))]  # per text token: its step, if scored
+    ranks = divergence = None
+    if shared:
+        ranks = tuple(
+            None if i is None else (result_a.steps[i].model_rank, result_b.steps[i].model_rank) for i in steps
+        )
+    if kl is not None:
+        divergence = tuple(None if i is None else kl[i] for i in steps)
+    return Comparison(text, result_a, result_b, tuple(spans), tuple(per_token), ranks, divergence, note)
+
+
+def kl_divergence(first, second) -> np.ndarray:  # [c, V], [c, V] scores -> [c] KL(p_first || p_second), nats
+    log_p, log_q = _log_softmax(first), _log_softmax(second)
+    return np.maximum((np.exp(log_p) * (log_p - log_q)).sum(axis=-1, dtype=np.float64), 0.0)
+
+
+def _log_softmax(scores):  # [c, V] -> [c, V] float32
+    shifted = scores - scores.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def _side_by_side(first_model, second_model, text, ids) -> tuple[ScoreResult, ScoreResult, list[float]]:
+    """Both models read the ids chunk by chunk in step (no row is kept): both scores and, per scored token,
+    the KL divergence of the two distributions it was read from."""
+    settings = Settings()
+    chunks = [model.open_context().score_chunks(ids, settings) for model in (first_model, second_model)]
+    steps_a, steps_b, kl = [], [], []
+    for (a, rows_a), (b, rows_b) in zip(*chunks):
+        steps_a += a
+        steps_b += b
+        kl += kl_divergence(rows_a, rows_b).tolist()
+    return (score_result(first_model, text, ids, steps_a, settings),
+            score_result(second_model, text, ids, steps_b, settings), kl)  # fmt: skip
+
+
+def _same_vocabulary(first_model, second_model) -> bool:
+    """Whether every token id spells the same bytes in both (so a distribution over one is over the other)."""
+    a, b = first_model.tokenizer, second_model.tokenizer
+    return a is b or all(a.token_bytes(i) == b.token_bytes(i) for i in range(first_model.vocab_size))
 
 
 def _leading_specials(model, ids, data: bytes) -> int:

@@ -62,6 +62,11 @@ class Context(Protocol):
         """Steps for tokens the model did not choose, each with the model's probability for it (options: a
         choice's recorded options, on the first step)."""
 
+    def score(self, ids: list[int], settings: Settings) -> list[Step]:
+        """Teacher forcing (engine.score): a forced step's record for each of ids[1:], each read after the ids
+        before it; the context's own positions are not kept. Local contexts (full_distribution) also offer
+        score_chunks(ids, settings): the same steps chunk by chunk, with every token's scores [c, V]."""
+
     def option_probabilities(self, ids: list[int], text: str, encoded: list[list[int]], settings: Settings):
         """-> [(probability under the settings, raw model probability)] of each whole option."""
 

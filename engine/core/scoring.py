@@ -40,15 +40,24 @@ def score(model, text, **settings) -> ScoreResult:
     empty text, one the tokenizer cannot encode (naming the character), one of a single token, or one longer
     than the model's context (the numbers named)."""
     settings = Settings(**settings).check_vocab(model.vocab_size)
+    ids = ids_to_score(model, text)
+    steps = model.open_context().score(ids, settings)  # a server: by echo where it echoes
+    return score_result(model, text, ids, steps, settings)
+
+
+def ids_to_score(model, text) -> list[int]:
+    """The text's token ids, checked: ValueError as `score` says."""
     ids = _token_ids(model, text)
     if len(ids) < 2:
         raise ValueError("a text to score needs at least two tokens: the first is read, the others scored")
     if len(ids) > model.context_length:
         raise ValueError(f"the text is {len(ids)} tokens long; {model.name} reads at most {model.context_length}: "
                          "score a shorter text")  # fmt: skip
-    context = model.open_context()
-    first = model.tokenizer.decode(ids[:1])
-    steps = context.force(ids[:1], first, ids[1:], "forced", settings)  # a server: by echo where it echoes
+    return ids
+
+
+def score_result(model, text, ids, steps, settings: Settings) -> ScoreResult:
+    """The result of scoring; ValueError where a step has no probability (a server's top N missed it)."""
     unknown = next((i for i, step in enumerate(steps) if step.surprisal is None), None)
     if unknown is not None:
         raise ValueError(f"{model.name} gave no probability for token {unknown + 1} ({steps[unknown].token!r}): "

@@ -70,7 +70,24 @@ def rope(x, cos, sin, neox=False):  # x [T, H, dh], cos/sin [T, dh/2] -> [T, H, 
     return out
 
 
+ATTENTION_BLOCK = 128  # queries at a time: a block's scores ([Hkv, group * 128, L]) stay in the CPU's cache
+
+
 def gqa_attention(q, k, v):  # q [T, Hq, dh], k/v [Hkv, L, dh] -> [T, Hq*dh]; q are the last T of L
+    """Causal attention in blocks of queries: each block sees the keys up to its last query only, so a long
+    text (a prompt, a text to score) costs half the products, and the [T, L] scores never fill memory."""
+    t, length = q.shape[0], k.shape[1]
+    if t <= ATTENTION_BLOCK:
+        return _attention_block(q, k, v)
+    out = np.empty((t, q.shape[1] * q.shape[2]), dtype=np.float32)
+    for start in range(0, t, ATTENTION_BLOCK):
+        stop = min(t, start + ATTENTION_BLOCK)
+        visible = length - t + stop  # the block's queries are the last (stop - start) of these keys
+        out[start:stop] = _attention_block(q[start:stop], k[:, :visible], v[:, :visible])
+    return out
+
+
+def _attention_block(q, k, v):  # q [T, Hq, dh], k/v [Hkv, L, dh] -> [T, Hq*dh]; q are the last T of L
     t, n_heads, dh = q.shape
     n_kv, length = k.shape[0], k.shape[1]
     group = n_heads // n_kv

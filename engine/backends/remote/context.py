@@ -40,6 +40,10 @@ class RemoteContext:
         scored = self.model.score(ids, text, token_ids)
         return [self.model.make_step(t, source, options if i == 0 else None) for i, t in enumerate(scored)]
 
+    def score(self, ids, settings) -> list[Step]:
+        """The text's tokens after the first, scored as forced tokens (by echo where the server echoes)."""
+        return self.force(ids[:1], self.model.tokenizer.decode(ids[:1]), ids[1:], "forced", settings)
+
     def option_probabilities(self, ids, text, encoded, settings) -> list[tuple[float, float]]:
         """A server reports raw probabilities only, for its top N: an option with a token outside them
         counts as 0."""
