@@ -92,13 +92,13 @@ def _attention_block(q, k, v):  # q [T, Hq, dh], k/v [Hkv, L, dh] -> [T, Hq*dh];
     n_kv, length = k.shape[0], k.shape[1]
     group = n_heads // n_kv
     q = q.transpose(1, 0, 2).reshape(n_kv, group * t, dh)  # heads sharing a k/v head side by side
-    scores = (q @ k.transpose(0, 2, 1)) * (1.0 / math.sqrt(dh))  # [Hkv, group*T, L]
-    if t > 1:
-        future = np.triu(np.ones((t, length), dtype=bool), k=length - t + 1)
-        scores = scores.reshape(n_kv, group, t, length)
-        scores[..., future] = -np.inf
-        scores = scores.reshape(n_kv, group * t, length)
-    scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    scores = q @ k.transpose(0, 2, 1)  # [Hkv, group*T, L], updated in place from here on
+    scores *= 1.0 / math.sqrt(dh)
+    if t > 1:  # + 0 where a query may look, + -inf at the keys after it
+        future = np.triu(np.full((t, length), -np.inf, dtype=np.float32), k=length - t + 1)  # [T, L]
+        scores.reshape(n_kv, group, t, length)[...] += future
+    scores -= scores.max(axis=-1, keepdims=True)
+    np.exp(scores, out=scores)
     scores /= scores.sum(axis=-1, keepdims=True)
     out = (scores @ v).reshape(n_kv, group, t, dh)  # [Hkv, group, T, dh]
     return out.transpose(2, 0, 1, 3).reshape(t, n_heads * dh)
