@@ -12,7 +12,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 import engine
 
-from .feed import Feed, stop_text
+from .feed import Feed, probability_text, stop_text
 from .model_picker import ModelPicker
 from .prompt_check import PromptCheck
 from .session_view import KnownSession
@@ -44,6 +44,7 @@ class Controller(QObject):
     findModels = Signal(object)  # the recent files, for the worker's discovery
     scoreText = Signal(str, object)  # (a text, the controls' settings)
     textScored = Signal(object)  # for outside observers: the engine.ScoreResult shown
+    promptScored = Signal(object)  # for outside observers: the session's prompt scored (None: it could not be)
     traceWanted = Signal(object)  # a Future the worker fills with the session's trace
     # for outside observers (tests, bench)
     runFinished = Signal(str)
@@ -90,7 +91,8 @@ class Controller(QObject):
                              (worker.failed, self._on_failed), (worker.busyChanged, self._on_busy),
                              (worker.replayed, self._on_replayed), (worker.loadProgress, self._on_load_progress),
                              (worker.modelLoaded, self._on_model_loaded),
-                             (worker.modelsFound, self.picker.set_found), (worker.scored, self._on_scored)):  # fmt: skip
+                             (worker.modelsFound, self.picker.set_found), (worker.scored, self._on_scored),
+                             (worker.promptScored, self._on_prompt_scored)):  # fmt: skip
             signal.connect(slot)
 
         c = w.controls
@@ -102,7 +104,8 @@ class Controller(QObject):
                              (w.insert_button.clicked, self.insert), (w.insert_edit.returnPressed, self.insert),
                              (w.insert_edit.textChanged, lambda _text: self.prompts.insert_ok()),
                              (w.continue_button.clicked, self.continue_from_here),
-                             (w.rules_panel.rulesChanged, self.rules_changed)):  # fmt: skip
+                             (w.rules_panel.rulesChanged, self.rules_changed),
+                             (w.uncertainty_strip.promptClicked, self.prompt_token_clicked)):  # fmt: skip
             signal.connect(slot)
         self.picker.show_model(self.model)
         self.feed.use_token_bytes(self.model)
@@ -146,6 +149,7 @@ class Controller(QObject):
 
     def _start(self, request: dict) -> None:
         self.known.start_sent(request["prompt"])
+        self.window.uncertainty_strip.clear_prompt()  # a new session: its prompt is scored once it is idle
         self.startSession.emit(request)
 
     def trace(self) -> dict:
@@ -175,6 +179,7 @@ class Controller(QObject):
         self._replaying = None
         self.feed.clear()
         self.window.token_view.show_session("", [])
+        self.window.uncertainty_strip.clear_prompt()
         self.window.chart.clear()
         self.window.stop_reason.setText("")
         self.window.speed_label.setText("")
@@ -198,6 +203,10 @@ class Controller(QObject):
         self._set_status(f"Rules changed: {count} in force from the next step (recorded in the trace)")
 
     def bar_clicked(self, token_id: int, text: str = "") -> None:
+        if self.window.uncertainty_strip.prompt_marked >= 0:  # the chart shows a prompt token's distribution
+            self._set_status("That is a prompt token's distribution: the prompt is read, not generated. Click a "
+                             "generated token to take another token there.")  # fmt: skip
+            return
         selected = self.window.token_view.selected
         if selected < 0 and self.feed.stopped and not self.running:  # the chart shows the last step
             selected = self.window.token_view.step_count() - 1
@@ -221,6 +230,17 @@ class Controller(QObject):
             self.feed.show_next()
         else:
             self.feed.show_step(index)
+
+    def prompt_token_clicked(self, index: int) -> None:
+        """A prompt point in the strip: the chart shows what the model expected at that prompt token (no
+        token of the view is selected then; a bar click there changes nothing)."""
+        strip, step = self.window.uncertainty_strip, self.window.uncertainty_strip.prompt_step(index)
+        self.window.token_view.select(-1)
+        self.window.continue_button.setEnabled(False)
+        strip.mark_prompt(index)
+        self.window.chart.show_candidates(step.candidates, step.token_id,
+                                          f"Prompt token {index + 2}: {step.token!r} ({probability_text(step)}): "
+                                          "what the model expected there")  # fmt: skip
 
     def insert(self) -> None:
         text = self.window.insert_edit.text()
@@ -280,6 +300,18 @@ class Controller(QObject):
         self._set_status(f"Scored {len(result.steps)} tokens with {self.model.name}: log-likelihood "
                          f"{result.log_likelihood:.2f} nats, perplexity {result.perplexity:.3f}")  # fmt: skip
         self.textScored.emit(result)
+
+    def _on_prompt_scored(self, result, why_not: str) -> None:
+        """The worker scored its session's prompt: the strip shows it, if that is still the session the GUI
+        shows (not one a reset, a new prompt or a trace has replaced since)."""
+        known = self.known
+        if known.discarding or self.trace_viewed is not None or known.prompt != known.view.prompt:
+            return
+        if result is None:
+            self.window.uncertainty_strip.set_prompt_unscored(why_not)
+        else:
+            self.window.uncertainty_strip.set_prompt(result.steps, result.perplexity)
+        self.promptScored.emit(result)
 
     def replay(self) -> None:
         if self.trace_viewed is not None and not self.running and self._replaying is None:
@@ -365,6 +397,7 @@ class Controller(QObject):
         self.flush()  # the steps this preview follows are in the view first
         self.feed.next, self.feed.stopped = candidates, stopped
         if self.window.token_view.selected < 0 and not self.running:
+            self.window.uncertainty_strip.mark_prompt(-1)  # the chart moves on from a prompt token
             self.feed.show_next()
 
     def _on_finished(self, reason: str, rate: float) -> None:

@@ -7,7 +7,9 @@ before every step.
 Every step goes to the GUI as one `stepped` signal; any exception becomes a readable `failed` message.
 
 Only this thread touches the session: after each change it publishes a SessionView (`changed`), and a
-trace for export is made here too, on request (`make_trace`), between two steps.
+trace for export is made here too, on request (`make_trace`), between two steps. Once the worker is idle
+after a run or a command, it scores a new session's prompt (once: `promptScored`), never before or during a
+generation, so the first token is not delayed; a command sent meanwhile waits for that one reading.
 """
 
 import threading
@@ -60,6 +62,7 @@ class GenerationWorker(QObject):
     modelLoaded = Signal(object)  # the new model; the old session is gone
     modelsFound = Signal(object)  # engine.find_models' list
     scored = Signal(object, str)  # (engine.ScoreResult, the text of its first token: read, not scored)
+    promptScored = Signal(object, str)  # (the session's prompt scored, an engine.ScoreResult, or None and why not)
 
     def __init__(self, model):
         super().__init__()
@@ -70,6 +73,7 @@ class GenerationWorker(QObject):
         self._cancel_load = threading.Event()
         self._loaded_here = False  # a model this worker loaded is its own to close (a server's connections)
         self._generating = False
+        self._prompt_unscored = False  # the session's prompt waits to be scored (once the worker is idle)
         self._run_started = 0.0
         self._run_steps = 0
 
@@ -93,7 +97,7 @@ class GenerationWorker(QObject):
             self._publish()  # handled: the session is the one there was
             self.failed.emit(str(error))
             return
-        self.session = session
+        self.session, self._prompt_unscored = session, True
         self._publish()
         self.redraw.emit(session.prompt_text, [])
         then = request.get("then")
@@ -263,7 +267,7 @@ class GenerationWorker(QObject):
         except ValueError as error:
             self.failed.emit(f"replay failed: {error}")
             return
-        self.session = session
+        self.session, self._prompt_unscored = session, True
         self._publish()
         self.replayed.emit(report, (request, session.prompt_text, list(session.steps), session.stopped))
         self._emit_preview()
@@ -302,6 +306,22 @@ class GenerationWorker(QObject):
             self.failed.emit(f"could not score the text: {error}")
             return
         self.scored.emit(result, first)
+
+    @Slot()
+    def _score_prompt(self) -> None:
+        """Score the session's prompt, if it waits and no run goes on (a run that started since scores it
+        when it ends); a prompt that cannot be scored (a server that gives only its top N, a prompt of one
+        token) is said with its reason, once, and changes nothing else."""
+        if self.session is None or self._generating or not self._prompt_unscored:
+            return
+        self._prompt_unscored = False
+        try:
+            result = self.session.score_prompt()  # cached by the session
+        except Exception as error:  # noqa: BLE001 - the strip says why; no dialog, the session goes on
+            why = str(error) if isinstance(error, ValueError) else f"{type(error).__name__}: {error}"
+            self.promptScored.emit(None, why)
+            return
+        self.promptScored.emit(result, "")
 
     @Slot(object)
     def find_models(self, recent) -> None:
@@ -380,12 +400,16 @@ class GenerationWorker(QObject):
             future.set_exception(error)
 
     def _publish(self) -> None:
+        """Tell the GUI how the session is now; once idle (every run and command ends here), post the
+        scoring of a prompt that waits: queued, so a Generate that starts the session runs first."""
         session = self.session
         if session is None:
             view = SessionView(self._handled, generating=self._generating)
         else:
             view = SessionView(self._handled, session.prompt, len(session.steps), session.stopped, self._generating)
         self.changed.emit(view)
+        if self._prompt_unscored and not self._generating and session is not None:
+            QMetaObject.invokeMethod(self, "_score_prompt", Qt.ConnectionType.QueuedConnection)
 
 
 def _could_not_open(source, error: str) -> str:

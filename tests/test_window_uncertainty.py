@@ -3,11 +3,12 @@ the window's part), on the real window and the story model."""
 
 import html
 import math
+import sys
 
 import numpy as np
 import pytest
 from conftest import shown_window
-from PySide6.QtCore import QPoint, Qt
+from PySide6.QtCore import QPoint, Qt, QThread
 from PySide6.QtWidgets import QComboBox, QLabel, QListWidget, QWidget
 from test_window import child, generate, step, type_prompt
 
@@ -46,7 +47,8 @@ def test_the_strip_shows_each_steps_surprisal_and_entropy_and_the_perplexity(qtb
         np.testing.assert_array_equal(y, nan_list(steps, name))
     expected = math.exp(sum(s.surprisal for s in steps) / len(steps))
     assert strip.perplexity() == pytest.approx(expected)
-    assert child(window, QLabel, "perplexityLabel").text() == f"perplexity {expected:.2f}"
+    readout = child(window, QLabel, "perplexityLabel").text()  # " · prompt ..." follows once the worker scored it
+    assert readout.split(" · ")[0] == f"perplexity {expected:.2f}"
     step_index = int(np.argmax(strip.values("surprisal")))
     assert html.escape(repr(window.token_view.shown_token(step_index))) in strip.hover_text(step_index)
 
@@ -210,3 +212,123 @@ def test_score_a_text_shows_it_like_a_generation(qtbot, window, story_model):
         window.controller.score_text("mia has a Red ball.")
     assert "could not score the text" in blocker.args[0] and "'R' at position 10" in blocker.args[0]
     assert [s.token_id for s in view.steps()] == list(expected.token_ids[1:])  # the scored text stays shown
+
+
+# --- the prompt in the strip ---------------------------------------------------------------------------
+def prompt_scored(qtbot, win, prompt_ids):
+    """Wait until the strip shows the prompt scored by the worker; engine.score's result for it."""
+    expected = engine.score(win.model, prompt_ids)
+    strip = strip_of(win)
+    qtbot.waitUntil(lambda: strip.prompt_count() == len(expected.steps) and strip.prompt_perplexity is not None,
+                    timeout=15000)  # fmt: skip
+    for name in ("surprisal", "entropy"):
+        np.testing.assert_allclose(strip.prompt_values(name), nan_list(expected.steps, name), rtol=0, atol=1e-6)
+    strip.flush()
+    return expected
+
+
+def test_the_prompt_is_scored_after_a_run_and_drawn_left_of_the_steps(qtbot, window, story_model):
+    steps = generated(qtbot, window)
+    expected = prompt_scored(qtbot, window, story_model.tokenizer.encode("mia has a red ball."))
+    strip = strip_of(window)
+    generated_perplexity = math.exp(sum(s.surprisal for s in steps) / len(steps))
+    label = child(window, QLabel, "perplexityLabel")
+    assert label.text() == f"perplexity {generated_perplexity:.2f} · prompt {expected.perplexity:.2f}"
+    assert "prompt" in label.toolTip()
+    x, _y = strip._prompt_curves["surprisal"].getData()
+    assert list(x) == list(range(1 - len(expected.steps), 1))  # the last prompt token next to step 1 (x = 1)
+    first_step = strip.point_scene_position(0)
+    assert all(strip.point_scene_position(i, prompt=True).x() < first_step.x() for i in range(len(expected.steps)))
+    assert strip._prompt_band.isVisible() and strip._prompt_label.isVisible()
+    last = len(expected.steps) - 1
+    assert "prompt token" in strip.prompt_hover_text(last)
+    assert html.escape(repr(expected.steps[last].token)) in strip.prompt_hover_text(last)
+    assert strip.perplexity() == pytest.approx(generated_perplexity)  # the prompt is not in the text's perplexity
+    assert strip.count() == len(steps)
+    assert all(0 <= i < len(steps) for i in strip.least_confident())  # the list keeps to generated tokens
+    assert "generated" in child(window, QListWidget, "leastConfident").toolTip()
+
+
+def test_a_new_prompt_replaces_the_prompt_values_and_a_rewind_keeps_them(qtbot, window, story_model):
+    generated(qtbot, window)
+    first = prompt_scored(qtbot, window, story_model.tokenizer.encode("mia has a red ball."))
+    strip = strip_of(window)
+    window.token_view.click_step(5)
+    with qtbot.waitSignal(window.controller.runFinished, timeout=15000):
+        window.continue_button.click()  # a branch of the same session
+    window.controller.flush()
+    strip.flush()
+    assert strip.prompt_count() == len(first.steps) and strip.prompt_perplexity == first.perplexity
+    np.testing.assert_allclose(strip.prompt_values("surprisal"), nan_list(first.steps, "surprisal"), atol=1e-6)
+    assert f"prompt {first.perplexity:.2f}" in child(window, QLabel, "perplexityLabel").text()
+    type_prompt(qtbot, window, "tom has a big dog.")
+    generate(qtbot, window)
+    second = prompt_scored(qtbot, window, story_model.tokenizer.encode("tom has a big dog."))
+    assert strip.prompt_count() == len(second.steps) != len(first.steps)
+    assert child(window, QLabel, "perplexityLabel").text().endswith(f" · prompt {second.perplexity:.2f}")
+    window.controller.reset()
+    strip.flush()
+    assert strip.prompt_count() == 0 and child(window, QLabel, "perplexityLabel").text() == ""
+
+
+def test_the_prompt_is_scored_in_the_worker_thread_never_the_gui_thread(qtbot, window, story_model):
+    """A single Step leaves the worker idle with a new session: it scores the prompt there."""
+    worker_thread = window.controller.threads.thread
+    emitted_in = []
+    window.controller.worker.promptScored.connect(  # runs in the emitting thread
+        lambda *_: emitted_in.append(QThread.currentThread()), Qt.ConnectionType.DirectConnection
+    )
+    scoring_code = {engine.core.scoring.score.__code__, engine.Session.score_prompt.__code__}
+    gui_calls = []
+
+    def watch(frame, event, _arg):  # sys.setprofile watches this (the GUI) thread only
+        if event == "call" and frame.f_code in scoring_code:
+            gui_calls.append(frame.f_code.co_name)
+
+    sys.setprofile(watch)
+    try:
+        with qtbot.waitSignal(window.controller.promptScored, timeout=15000):
+            step(qtbot, window)
+    finally:
+        sys.setprofile(None)
+    assert emitted_in == [worker_thread] and worker_thread is not QThread.currentThread()
+    assert gui_calls == []
+    prompt_scored(qtbot, window, story_model.tokenizer.encode("mia has a red ball."))  # the values: engine.score's
+    assert window.session().score_prompt() is window.session().score_prompt()  # scored once, then cached
+
+
+def test_clicking_a_prompt_point_charts_that_token_and_marks_it(qtbot, window, story_model):
+    generated(qtbot, window)
+    expected = prompt_scored(qtbot, window, story_model.tokenizer.encode("mia has a red ball."))
+    strip, view = strip_of(window), window.token_view
+    view.click_step(2)
+    index = 3
+    point = strip.plot.mapFromScene(strip.point_scene_position(index, prompt=True))
+    qtbot.mouseClick(strip.plot.viewport(), Qt.MouseButton.LeftButton, pos=QPoint(point.x(), point.y()))
+    assert strip.prompt_marked == index and strip.marked == -1 and view.selected == -1
+    strip.flush()
+    assert strip._mark_line.isVisible() and strip._mark_line.value() == index + 1 - len(expected.steps)
+    window.chart.flush()
+    assert window.chart.title.text().startswith(f"Prompt token {index + 2}: {expected.steps[index].token!r}")
+    assert [token for token, _ in window.chart.shown()] == list(expected.steps[index].candidates.tokens)
+    text = view.text()
+    qtbot.mouseClick(window.chart.plot.viewport(), Qt.MouseButton.LeftButton,
+                     pos=window.chart.plot.mapFromScene(window.chart.bar_scene_position(1)))  # fmt: skip
+    assert view.text() == text and "prompt token" in window.message_label.text()  # the prompt stays as it is
+    view.click_step(4)
+    assert strip.prompt_marked == -1 and strip.marked == 4
+
+
+def test_a_prompt_that_cannot_be_scored_says_so_quietly(qtbot, window):
+    """A one-token prompt has nothing to score (engine.score's ValueError, as a server's that gives only its
+    top N): the readout says so, the reason is in its tooltip, and nothing else changes."""
+    type_prompt(qtbot, window, "a")
+    step(qtbot, window)
+    label = child(window, QLabel, "perplexityLabel")
+    strip = strip_of(window)
+    qtbot.waitUntil(lambda: (strip.flush(), "prompt: not scored" in label.text())[1], timeout=15000)
+    assert "at least two tokens" in label.toolTip()
+    assert strip.prompt_count() == 0 and strip.count() == 1
+    assert window.message_label.text() == ""
+    step(qtbot, window)
+    assert strip_of(window).count() == 2

@@ -7,7 +7,7 @@ is compared only where both models scored all of its tokens (a model's first tok
 
     Comparison.spans           (start, end) byte offsets, the two log-probabilities, their log-ratio
     Comparison.per_token       for each of the first model's text tokens: its span's log-ratio (None: not
-                               compared)
+                               compared); Comparison.token_offsets: each one's (start, end) bytes
     Comparison.disagreements(n)  the n spans where the models disagree most
 
 Where both read the text as the same token ids (a shared tokenizer: SmolLM2 in numpy and on llama.cpp, a model
@@ -50,6 +50,7 @@ class Comparison:
     second: ScoreResult
     spans: tuple[Span, ...]
     per_token: tuple[float | None, ...]  # one per token of the first model's tokenization of the text itself
+    token_offsets: tuple[tuple[int, int], ...] = ()  # per token of the first model: its (start, end) bytes
     ranks: tuple[tuple[int | None, int | None] | None, ...] | None = None  # per token: both ranks (shared ids)
     divergence: tuple[float | None, ...] | None = None  # per token: KL(first || second), nats
     note: str = ""
@@ -106,7 +107,8 @@ def compare(first_model, second_model, text: str) -> Comparison:
         )
     if kl is not None:
         divergence = tuple(None if i is None else kl[i] for i in steps)
-    return Comparison(text, result_a, result_b, tuple(spans), tuple(per_token), ranks, divergence, note)
+    offsets = tuple(zip([0, *ends_a[:-1]], ends_a))
+    return Comparison(text, result_a, result_b, tuple(spans), tuple(per_token), offsets, ranks, divergence, note)
 
 
 def kl_divergence(first, second) -> np.ndarray:  # [c, V], [c, V] scores -> [c] KL(p_first || p_second), nats

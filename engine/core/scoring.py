@@ -72,7 +72,7 @@ def _token_ids(model, text) -> list[int]:
         if not checked_text(text):
             raise ValueError("the text to score is empty")
         return list(model.tokenizer.encode(text))  # UnknownCharacterError names a character it cannot encode
-    ids = list(text)
-    if not all(isinstance(i, numbers.Integral) and not isinstance(i, bool) and 0 <= i < model.vocab_size for i in ids):
-        raise ValueError(f"token ids must be ints from 0 to {model.vocab_size - 1}")
+    ids, size = list(text), model.vocab_size  # None: a server that does not say
+    if not all(isinstance(i, numbers.Integral) and not isinstance(i, bool) and 0 <= i < (size or 2**63) for i in ids):
+        raise ValueError("token ids must be ints from 0" + (f" to {size - 1}" if size else " up"))
     return [int(i) for i in ids]

@@ -237,6 +237,22 @@ class TokenView(QPlainTextEdit):
         """The session's text (prompt plus tokens) as the engine has it."""
         return "".join(self._text_parts)
 
+    def whole_text(self) -> str:
+        """The prompt and what the steps show: a character split across tokens whole (text() has the
+        engine's per-token text, U+FFFD for each part)."""
+        return self._text_parts[0] + "".join(self._pieces) if self._text_parts else ""
+
+    def step_at_byte(self, offset: int) -> int:
+        """The step whose shown text holds byte `offset` of whole_text() in UTF-8, or -1 (in the prompt)."""
+        end = len(self._text_parts[0].encode("utf-8")) if self._text_parts else 0
+        if offset < end:
+            return -1
+        for index, piece in enumerate(self._pieces):
+            end += len(piece.encode("utf-8"))
+            if offset < end:
+                return index
+        return len(self._pieces) - 1
+
     def steps(self, start: int = 0) -> list:
         """The steps shown (from index `start` on)."""
         return self._steps[start:]

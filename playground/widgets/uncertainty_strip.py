@@ -4,7 +4,11 @@ the running perplexity of the text (exp of the mean surprisal); and the "least c
 of highest surprisal (or entropy). Hover a point for its token; click it, or a list row, to select that step
 (stepClicked). The widget only draws: the window feeds it the view's steps (set_steps) and marks the
 selected one (mark). The curves are created once and updated in place (setData), at most once a frame
-(as the chart: FRAME_MS, LIVE_FPS while streaming), so 10,000 steps cost a few milliseconds a repaint."""
+(as the chart: FRAME_MS, LIVE_FPS while streaming), so 10,000 steps cost a few milliseconds a repaint.
+
+Once the worker has scored the session's prompt (set_prompt), its tokens are drawn in grey on a shaded band
+left of step 1, so the first steps' context shows; they are hovered and clicked (promptClicked) like steps,
+but the "least confident" list and the perplexity of the text keep to the generated steps."""
 
 import html
 import math
@@ -12,7 +16,7 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QPalette
+from PySide6.QtGui import QColor, QFont, QPalette
 from PySide6.QtWidgets import (
     QComboBox,
     QHBoxLayout,
@@ -31,14 +35,18 @@ LEAST_CONFIDENT = 10  # rows of the "least confident" list
 RANK_BY = ("surprisal", "entropy")
 COLORS = {"surprisal": "#e67e22", "entropy": "#2980b9"}  # readable on light and dark
 MARK_COLOR = "#c0392b"
+PROMPT_COLOR = "#8c8c8c"  # the prompt's curves: muted, so the generated steps stand out
 SYMBOLS_UP_TO = 150  # with more points than this the curves are drawn without symbols (cheaper, clearer)
 Y_CAP = 16.0  # nats: a forced token far outside the model's choices does not squash the rest
 PLOT_HEIGHT = 92
 EMPTY_HINT = "surprisal and entropy per token appear here"
+READOUT_TIP = "exp of the mean surprisal of the tokens after the prompt"
+PROMPT_TIP = "prompt: the same of the prompt's tokens after its first (the first is read, not scored)"
 
 
 class UncertaintyStrip(QWidget):
     stepClicked = Signal(int)  # a point or a "least confident" row was clicked: that step's index
+    promptClicked = Signal(int)  # a prompt point was clicked: its index in the prompt's scored steps
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -47,6 +55,12 @@ class UncertaintyStrip(QWidget):
         self._count = 0
         self._marked = -1
         self._token_text = lambda index: ""
+        self._prompt_steps: tuple = ()  # the prompt's scored steps (a ScoreResult's), drawn left of step 1
+        self._prompt_values = {name: np.empty(0) for name in RANK_BY}
+        self._prompt_perplexity: float | None = None
+        self._prompt_note: str | None = None  # why the prompt could not be scored, or None
+        self._prompt_marked = -1
+        self._prompt_changed = False  # its curves are redrawn only when it changes
         self._dirty = False
         self._drawn_least: list[int] | None = None
         self._drawn_symbols = None
@@ -71,6 +85,22 @@ class UncertaintyStrip(QWidget):
                                       brush=pg.mkBrush(entropy_fill), connect="finite"),
             "surprisal": self.plot.plot([], [], pen=pg.mkPen(COLORS["surprisal"], width=1.5), connect="finite"),
         }  # fmt: skip
+        self._prompt_band = pg.LinearRegionItem((0, 0), movable=False, pen=pg.mkPen(None))
+        self._prompt_band.setZValue(-20)  # behind every curve
+        prompt_fill = QColor(PROMPT_COLOR)
+        prompt_fill.setAlphaF(0.3)
+        self._prompt_curves = {
+            "entropy": self.plot.plot([], [], pen=pg.mkPen(PROMPT_COLOR, width=1), fillLevel=0,
+                                      brush=pg.mkBrush(prompt_fill), connect="finite"),
+            "surprisal": self.plot.plot([], [], pen=pg.mkPen(PROMPT_COLOR, width=1.5, style=Qt.PenStyle.DashLine),
+                                        connect="finite", symbol="o", symbolSize=3, symbolPen=None,
+                                        symbolBrush=pg.mkBrush(PROMPT_COLOR)),
+        }  # fmt: skip
+        self._prompt_label = pg.TextItem("prompt", anchor=(0, 0))
+        self._prompt_label.setFont(_small_font(self.font()))
+        for item in (self._prompt_band, self._prompt_label):
+            item.setVisible(False)
+            self.plot.addItem(item)
         self._mark_line = pg.InfiniteLine(angle=90, pen=pg.mkPen(MARK_COLOR, width=1))
         self._mark_points = pg.ScatterPlotItem(size=8, pen=pg.mkPen(MARK_COLOR), brush=pg.mkBrush(MARK_COLOR))
         for item in (self._mark_line, self._mark_points):
@@ -85,7 +115,7 @@ class UncertaintyStrip(QWidget):
         self.plot.scene().sigMouseMoved.connect(self._hovered)
 
         self.perplexity_label = QLabel("", objectName="perplexityLabel")
-        self.perplexity_label.setToolTip("exp of the mean surprisal of the tokens after the prompt")
+        self.perplexity_label.setToolTip(READOUT_TIP)
         key = (f'<span style="color:{COLORS["surprisal"]}">━ surprisal</span> &nbsp;'
                f'<span style="color:{COLORS["entropy"]}">█ entropy</span> (nats)')  # fmt: skip
         self.key_label = QLabel(key, objectName="uncertaintyKey")
@@ -96,7 +126,8 @@ class UncertaintyStrip(QWidget):
         self.rank_by.currentIndexChanged.connect(lambda _index: self._mark_dirty())
         self.least = QListWidget(objectName="leastConfident")
         self.least.setMinimumWidth(120)
-        self.least.setToolTip("the 10 least confident tokens: click one to select it")
+        self.least.setToolTip("the 10 least confident generated tokens (the prompt's are not listed): click one "
+                              "to select it")  # fmt: skip
         self.least.itemClicked.connect(lambda item: self.stepClicked.emit(item.data(Qt.ItemDataRole.UserRole)))
 
         self.head = QWidget(objectName="uncertaintyHead")
@@ -121,7 +152,9 @@ class UncertaintyStrip(QWidget):
         layout.addWidget(self.head)
         layout.addLayout(body)
         self.least.setFixedHeight(PLOT_HEIGHT)
-        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
+        # Preferred, not Maximum: when the head wraps (a narrow window, the prompt's readout) the strip grows by
+        # its height instead of clipping the plot; the token view (stretch 1) still takes any spare height
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
 
         self._timer = QTimer(self, interval=FRAME_MS)
         self._timer.timeout.connect(self._repaint)
@@ -150,10 +183,57 @@ class UncertaintyStrip(QWidget):
         self._count = count
         if self._marked >= count:
             self._marked = -1
+        self._prompt_marked = -1  # new steps: the chart moves on from a prompt token
         self._mark_dirty()
 
     def clear(self) -> None:
+        """No steps and no prompt."""
         self.set_steps([], 0)
+        self.clear_prompt()
+
+    def set_prompt(self, steps, perplexity: float) -> None:
+        """The prompt's scored steps (engine.ScoreResult.steps: every prompt token after the first) and its
+        perplexity; they stay until clear_prompt (a rewind or a branch keeps the prompt)."""
+        self._prompt_steps = tuple(steps)
+        for name in RANK_BY:
+            self._prompt_values[name] = np.array(
+                [np.nan if getattr(step, name) is None else getattr(step, name) for step in steps], dtype=float
+            )
+        self._prompt_perplexity, self._prompt_note = perplexity, None
+        self._prompt_reset()
+
+    def set_prompt_unscored(self, why: str) -> None:
+        """The prompt could not be scored (a server that gives only its top N): the readout says so, why in
+        its tooltip."""
+        self.clear_prompt()
+        self._prompt_note = why
+
+    def clear_prompt(self) -> None:
+        """A new session: no prompt values until its prompt is scored."""
+        self._prompt_steps = ()
+        self._prompt_values = {name: np.empty(0) for name in RANK_BY}
+        self._prompt_perplexity = self._prompt_note = None
+        self._prompt_reset()
+
+    def _prompt_reset(self) -> None:
+        self._prompt_marked = -1
+        self._prompt_changed = True
+        self._mark_dirty()
+
+    def prompt_count(self) -> int:
+        return len(self._prompt_steps)
+
+    def prompt_step(self, index: int):
+        """The prompt's scored step `index` (an engine.Step: its distribution, for the chart)."""
+        return self._prompt_steps[index]
+
+    def prompt_values(self, name: str) -> np.ndarray:
+        """Each scored prompt token's surprisal or entropy as drawn (NaN: not known)."""
+        return self._prompt_values[name].copy()
+
+    @property
+    def prompt_perplexity(self) -> float | None:
+        return self._prompt_perplexity
 
     def count(self) -> int:
         return self._count
@@ -163,13 +243,25 @@ class UncertaintyStrip(QWidget):
         return self._values[name][: self._count].copy()
 
     def mark(self, index: int) -> None:
-        """Mark step `index` (the one selected in the view); -1: none."""
+        """Mark step `index` (the one selected in the view); -1: none. Either way no prompt token is marked."""
         self._marked = index if 0 <= index < self._count else -1
+        self._prompt_marked = -1
+        self._mark_dirty()
+
+    def mark_prompt(self, index: int) -> None:
+        """Mark the prompt's scored token `index` (its distribution is in the chart); -1: none."""
+        self._prompt_marked = index if 0 <= index < len(self._prompt_steps) else -1
+        if self._prompt_marked >= 0:
+            self._marked = -1
         self._mark_dirty()
 
     @property
     def marked(self) -> int:
         return self._marked
+
+    @property
+    def prompt_marked(self) -> int:
+        return self._prompt_marked
 
     def perplexity(self) -> float | None:
         """exp of the mean surprisal of the steps whose surprisal is known; None: none is."""
@@ -194,19 +286,39 @@ class UncertaintyStrip(QWidget):
         """Repaint now if anything changed (tests call this instead of waiting a frame)."""
         self._repaint()
 
-    def point_scene_position(self, index: int, name: str = "surprisal") -> QPointF:
-        """Where step `index`'s point is drawn, in scene coordinates (tests click it there)."""
-        value = self._values[name][index]
-        return self.plot.getPlotItem().vb.mapViewToScene(QPointF(index + 1, 0.0 if np.isnan(value) else value))
+    def point_scene_position(self, index: int, name: str = "surprisal", prompt: bool = False) -> QPointF:
+        """Where step `index`'s point (prompt: the prompt's scored token `index`) is drawn, in scene
+        coordinates (tests click it there)."""
+        if prompt:
+            x, value = self._prompt_x(index), self._prompt_values[name][index]
+        else:
+            x, value = index + 1, self._values[name][index]
+        return self.plot.getPlotItem().vb.mapViewToScene(QPointF(x, 0.0 if np.isnan(value) else value))
 
     def hover_text(self, index: int) -> str:
         if not 0 <= index < self._count:
             return ""
-        numbers = ", ".join(
-            f"{name} {value:.2f}" if not np.isnan(value := self._values[name][index]) else f"{name} unknown"
-            for name in RANK_BY
-        )
-        return f"<b>step {index + 1}: <code>{html.escape(repr(self._token_text(index)))}</code></b><br>{numbers} nats"
+        return _hover_html(f"step {index + 1}", self._token_text(index), self._values, index)
+
+    def prompt_hover_text(self, index: int) -> str:
+        if not 0 <= index < len(self._prompt_steps):
+            return ""
+        title = f"prompt token {index + 2}"  # the prompt's first token is read, not scored
+        return _hover_html(title, self._prompt_steps[index].token, self._prompt_values, index)
+
+    def readout(self) -> str:
+        """The perplexity of the generated text, and the prompt's once it is scored."""
+        perplexity = self.perplexity()
+        parts = [] if perplexity is None else [f"perplexity {perplexity:.2f}"]
+        if self._prompt_perplexity is not None:
+            parts.append(f"prompt {self._prompt_perplexity:.2f}")
+        elif self._prompt_note is not None:
+            parts.append("prompt: not scored")
+        return " · ".join(parts)
+
+    def _prompt_x(self, index: int) -> int:
+        """The prompt's scored tokens are drawn at x = 1 - n ... 0, so the last is next to step 1 (x = 1)."""
+        return index + 1 - len(self._prompt_steps)
 
     # --- drawing -------------------------------------------------------------------------------------
     def apply_palette(self) -> None:
@@ -216,7 +328,12 @@ class UncertaintyStrip(QWidget):
         axis = self.plot.getAxis("left")
         axis.setPen(text)
         axis.setTextPen(text)
-        self.empty_hint.setColor(palette.color(QPalette.ColorRole.PlaceholderText))
+        muted = palette.color(QPalette.ColorRole.PlaceholderText)
+        self.empty_hint.setColor(muted)
+        self._prompt_label.setColor(muted)
+        band = palette.color(QPalette.ColorRole.Text)
+        band.setAlphaF(0.07)  # a faint shade of the text colour: visible on light and dark themes
+        self._prompt_band.setBrush(pg.mkBrush(band))
         self._mark_dirty()
 
     def _mark_dirty(self) -> None:
@@ -239,28 +356,67 @@ class UncertaintyStrip(QWidget):
                 curve.setSymbolBrush(pg.mkBrush(COLORS[name]))
             curve.setData(x, self._values[name][:count], connect="finite")
         self._drawn_symbols = symbols
-        if self.empty_hint.isVisible() != (count == 0):
-            self.empty_hint.setVisible(count == 0)
-        shown = np.concatenate([self._values[name][:count] for name in RANK_BY])
-        shown = shown[~np.isnan(shown)]
-        top = min(max(float(shown.max()) if len(shown) else 1.0, 1.0), Y_CAP) * 1.08
-        self.plot.setXRange(0.5, max(count, 1) + 0.5, padding=0)
+        if self._prompt_changed:
+            self._draw_prompt()
+        prompted = len(self._prompt_steps)
+        if self.empty_hint.isVisible() != (count == 0 and not prompted):
+            self.empty_hint.setVisible(count == 0 and not prompted)
+        top = self._top()
+        self.plot.setXRange(0.5 - prompted, max(count, 1) + 0.5, padding=0)
         self.plot.setYRange(-0.04 * top, top, padding=0)  # a point at 0 shows whole
-        if count == 0:
+        if count == 0 and not prompted:
             self.plot.setXRange(0, 1, padding=0)
             self.plot.setYRange(0, 1, padding=0)
-        marked = self._marked
-        self._mark_line.setVisible(marked >= 0)
-        self._mark_points.setVisible(marked >= 0)
-        if marked >= 0:
-            self._mark_line.setValue(marked + 1)
-            points = [(marked + 1, self._values[name][marked]) for name in RANK_BY]
-            points = [(px, py) for px, py in points if not np.isnan(py)]
-            self._mark_points.setData([p[0] for p in points], [p[1] for p in points])
-        perplexity = self.perplexity()
-        text = "" if perplexity is None else f"perplexity {perplexity:.2f}"
+        if prompted:
+            self._prompt_label.setPos(0.5 - prompted, top)
+        self._draw_mark()
+        self._draw_readout()
+        self._draw_least()
+
+    def _draw_prompt(self) -> None:
+        """The prompt's curves and band (once per prompt: they do not change while steps come)."""
+        self._prompt_changed = False
+        prompted = len(self._prompt_steps)
+        x = np.array([self._prompt_x(i) for i in range(prompted)], dtype=float)
+        for name, curve in self._prompt_curves.items():
+            curve.setData(x, self._prompt_values[name], connect="finite")
+        self._prompt_band.setRegion((0.5 - prompted, 0.5))
+        for item in (self._prompt_band, self._prompt_label):
+            item.setVisible(prompted > 0)
+
+    def _top(self) -> float:
+        """The y axis' top: the highest value shown (at least 1, at most Y_CAP), and a little room."""
+        shown = np.concatenate([values[: self._count] for values in self._values.values()]
+                               + list(self._prompt_values.values()))  # fmt: skip
+        shown = shown[~np.isnan(shown)]
+        return min(max(float(shown.max()) if len(shown) else 1.0, 1.0), Y_CAP) * 1.08
+
+    def _draw_mark(self) -> None:
+        """The selected step's line and points, or the clicked prompt token's."""
+        if self._prompt_marked >= 0:
+            x, values = self._prompt_x(self._prompt_marked), self._prompt_values
+            index = self._prompt_marked
+        else:
+            x, values, index = self._marked + 1, self._values, self._marked
+        self._mark_line.setVisible(index >= 0)
+        self._mark_points.setVisible(index >= 0)
+        if index >= 0:
+            self._mark_line.setValue(x)
+            points = [values[name][index] for name in RANK_BY]
+            points = [y for y in points if not np.isnan(y)]
+            self._mark_points.setData([x] * len(points), points)
+
+    def _draw_readout(self) -> None:
+        text = self.readout()
         if self.perplexity_label.text() != text:
             self.perplexity_label.setText(text)
+        tip = READOUT_TIP + ("; " + PROMPT_TIP if self._prompt_perplexity is not None else "")
+        if self._prompt_note is not None:
+            tip = f"{READOUT_TIP}. The prompt was not scored: {self._prompt_note}"
+        if self.perplexity_label.toolTip() != tip:
+            self.perplexity_label.setToolTip(tip)
+
+    def _draw_least(self) -> None:
         values = self._values[self.rank_by.currentText()]
         rows = [(index, f"{values[index]:5.2f}  {index + 1:>4}  {self._token_text(index)!r}")
                 for index in self.least_confident()]  # fmt: skip
@@ -273,13 +429,23 @@ class UncertaintyStrip(QWidget):
                 self.least.addItem(item)
 
     # --- mouse ---------------------------------------------------------------------------------------
+    def _x_at(self, scene_pos) -> int:
+        """The point column nearest a scene point: a step's is its index + 1, the prompt's are 0 and below."""
+        return round(self.plot.getPlotItem().vb.mapSceneToView(QPointF(scene_pos)).x())
+
     def index_at(self, scene_pos) -> int:
-        """The step nearest a scene point along the step axis, or -1."""
+        """The step nearest a scene point along the step axis, or -1 (the prompt too: see prompt_index_at)."""
         if not self._count:
             return -1
-        point = self.plot.getPlotItem().vb.mapSceneToView(QPointF(scene_pos))
-        index = round(point.x()) - 1
+        index = self._x_at(scene_pos) - 1
         return index if 0 <= index < self._count else -1
+
+    def prompt_index_at(self, scene_pos) -> int:
+        """The prompt's scored token nearest a scene point, or -1."""
+        if not self._prompt_steps:
+            return -1
+        index = self._x_at(scene_pos) - 1 + len(self._prompt_steps)
+        return index if 0 <= index < len(self._prompt_steps) else -1
 
     def _clicked(self, event) -> None:
         if event.button() != Qt.MouseButton.LeftButton:
@@ -287,11 +453,26 @@ class UncertaintyStrip(QWidget):
         index = self.index_at(event.scenePos())
         if index >= 0:
             self.stepClicked.emit(index)
+        elif (index := self.prompt_index_at(event.scenePos())) >= 0:
+            self.promptClicked.emit(index)
 
     def _hovered(self, scene_pos) -> None:
-        text = self.hover_text(self.index_at(scene_pos))
+        text = self.hover_text(self.index_at(scene_pos)) or self.prompt_hover_text(self.prompt_index_at(scene_pos))
         if text:
             where = self.plot.viewport().mapToGlobal(self.plot.mapFromScene(QPointF(scene_pos)))
             QToolTip.showText(where, text, self.plot)
         else:
             QToolTip.hideText()
+
+
+def _hover_html(title: str, token: str, values: dict, index: int) -> str:
+    numbers = ", ".join(
+        f"{name} {value:.2f}" if not np.isnan(value := values[name][index]) else f"{name} unknown" for name in RANK_BY
+    )
+    return f"<b>{title}: <code>{html.escape(repr(token))}</code></b><br>{numbers} nats"
+
+
+def _small_font(font: QFont) -> QFont:
+    small = QFont(font)
+    small.setPointSizeF(max(font.pointSizeF() * 0.85, 7.0))
+    return small
