@@ -12,6 +12,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 import engine
 
+from .comparison import Comparing
 from .feed import Feed, probability_text, stop_text
 from .model_picker import ModelPicker
 from .prompt_check import PromptCheck
@@ -67,6 +68,9 @@ class Controller(QObject):
         self.feed = Feed(window, running=lambda: self.running)
         self.prompts = PromptCheck(window, model)
         self.picker = ModelPicker(window, busy=lambda: self.running)
+        self.comparing = Comparing(
+            window, self.worker, busy=lambda: self.running or self.loading, status=self._set_status
+        )
         self._preview_timer = QTimer(self, singleShot=True, interval=PREVIEW_DELAY_MS)
         self._preview_timer.timeout.connect(lambda: None if self.running else self.requestPreview.emit())
         self._connect()
@@ -299,6 +303,7 @@ class Controller(QObject):
         self.window.stop_reason.setText(f"Scored {len(result.steps)} tokens: perplexity {result.perplexity:.2f}")
         self._set_status(f"Scored {len(result.steps)} tokens with {self.model.name}: log-likelihood "
                          f"{result.log_likelihood:.2f} nats, perplexity {result.perplexity:.3f}")  # fmt: skip
+        self.comparing.text_changed()
         self.textScored.emit(result)
 
     def _on_prompt_scored(self, result, why_not: str) -> None:
@@ -409,10 +414,12 @@ class Controller(QObject):
         self.window.stop_reason.setText(f"Stopped: {stop_text(reason)}")
         if rate > 0:
             self.window.speed_label.setText(rate_text(rate))
+        self.comparing.text_changed()
         self.runFinished.emit(reason)
 
     def _on_paused(self) -> None:
         self.flush()
+        self.comparing.text_changed()
         self.idle.emit()
 
     def _on_failed(self, text: str) -> None:

@@ -28,6 +28,7 @@ import engine
 from .controller import Controller
 from .errors import ExceptionHook
 from .widgets.chart import DistributionChart
+from .widgets.comparison_panel import ComparisonPanel
 from .widgets.controls import Controls
 from .widgets.rules_panel import RulesPanel
 from .widgets.token_view import COLOUR_MODES, TokenView, legend_html
@@ -50,6 +51,7 @@ class MainWindow(QMainWindow):
         self.token_view = TokenView()
         self.chart = DistributionChart()
         self.uncertainty_strip = UncertaintyStrip()
+        self.comparison_panel = ComparisonPanel()
         self.colour_by = QComboBox(objectName="colourBy")
         self.colour_by.addItems(COLOUR_MODES)
         self.colour_by.setToolTip("what the tokens' background colours show")
@@ -122,6 +124,7 @@ class MainWindow(QMainWindow):
         text_layout.addWidget(self.hint)
         text_layout.addWidget(self.token_view, 1)
         text_layout.addWidget(self.uncertainty_strip)
+        text_layout.addWidget(self.comparison_panel)
         legend_row = QHBoxLayout()
         legend_row.addWidget(QLabel("Colour by"))
         legend_row.addWidget(self.colour_by)
@@ -198,9 +201,12 @@ class MainWindow(QMainWindow):
         score = QAction("Score a text...", self, shortcut=QKeySequence("Ctrl+T"))
         score.setObjectName("scoreTextAction")
         score.triggered.connect(self._score_dialog)
+        compare = QAction("Compare with a second model...", self, shortcut=QKeySequence("Ctrl+Shift+C"))
+        compare.setObjectName("compareModelAction")
+        compare.triggered.connect(self._compare_dialog)
         quit_ = QAction("Quit", self, shortcut=QKeySequence("Ctrl+Q"))
         quit_.triggered.connect(self.close)
-        for action in (export, open_, self.replay_action, score):
+        for action in (export, open_, self.replay_action, score, compare):
             file_menu.addAction(action)
         file_menu.addSeparator()
         file_menu.addAction(quit_)
@@ -210,6 +216,16 @@ class MainWindow(QMainWindow):
                                                  "A text to read token by token: what did the model expect?")  # fmt: skip
         if ok and text:
             self.controller.score_text(text)
+
+    def _compare_dialog(self) -> None:
+        picker = self.controller.picker
+        labels = [entry.label for entry in picker.entries]
+        label, ok = QInputDialog.getItem(self, "Compare with a second model",
+                                         "Read the text in the view with this model too:", labels, 0, False)  # fmt: skip
+        if ok and label in labels:
+            request = picker.request_for(picker.entries[labels.index(label)])
+            if request is not None:
+                self.controller.comparing.compare_with(request)
 
     def _export_dialog(self) -> None:
         path, _ = QFileDialog.getSaveFileName(self, "Export trace", "trace.json", "Trace (*.json)")

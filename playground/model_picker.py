@@ -143,20 +143,24 @@ class ModelPicker(QObject):
             self.show_current()
             return
         self.show_current()  # until the new model is in
+        request = self.request_for(entry)
+        if request is not None:
+            self.chosen.emit(request)
+
+    def request_for(self, entry: Entry) -> dict | None:
+        """The load request a line makes, asking for a server's URL, a file, or a file's settings where it
+        needs one; None when the person cancels."""
         if entry.source == CONNECT:
             url, ok = QInputDialog.getText(self.window, "Connect to a server",
                                            "OpenAI-compatible server (vLLM, llama-server, llama-cpp-python):",
                                            text=DEFAULT_URL)  # fmt: skip
-            if ok and url.strip():
-                self.chosen.emit({"source": url.strip()})
-        elif entry.source == OPEN_GGUF:
+            return {"source": url.strip()} if ok and url.strip() else None
+        if entry.source == OPEN_GGUF:
             path, _ = QFileDialog.getOpenFileName(self.window, "Open a GGUF model", "", "GGUF models (*.gguf)")
-            if path:
-                self.open_file(path)
-        elif entry.backend is None:
-            self.chosen.emit({"source": entry.source})
-        else:
-            self.chosen.emit(self.request(entry.source, entry.backend))
+            return self.file_request(path) if path else None
+        if entry.backend is None:
+            return {"source": entry.source}
+        return self.request(entry.source, entry.backend)
 
     def request(self, path: str, backend: str) -> dict:
         """Open this file with this engine, and the options remembered for it (llama.cpp's own only for it)."""
@@ -167,28 +171,34 @@ class ModelPicker(QObject):
         return {"source": path, **options}
 
     def open_file(self, path: str) -> None:
+        request = self.file_request(path)
+        if request is not None:
+            self.chosen.emit(request)
+
+    def file_request(self, path: str) -> dict | None:
         """A file chosen by hand: its settings dialog first (the engine's own check names a file that is not
         GGUF, or one no installed engine runs)."""
         found = engine.FoundModel.at(path)
         if found is None or not found.backends:
-            self.chosen.emit({"source": path})
-        else:
-            self.ask_settings(found)
+            return {"source": path}
+        return self.ask_settings(found)
 
     def edit_settings(self) -> None:
         """The settings of the file in use: changed ones reload it (the old model stays until then)."""
         source, backend = self.current
         found = engine.FoundModel.at(source) if source else None
         if found is not None and not self.busy():
-            self.ask_settings(found, backend=backend)
+            request = self.ask_settings(found, backend=backend)
+            if request is not None:
+                self.chosen.emit(request)
 
-    def ask_settings(self, found, backend: str | None = None) -> None:
-        """The settings dialog for this file; OK remembers them and loads it with them."""
+    def ask_settings(self, found, backend: str | None = None) -> dict | None:
+        """The settings dialog for this file; OK remembers them and gives the request that loads it with them."""
         path = str(found.path)
         remembered = self.prefs.options(path)
         dialog = ModelSettingsDialog(found, {**remembered, **({"backend": backend} if backend else {})}, self.window)
         if dialog.exec() != QDialog.DialogCode.Accepted:
-            return
+            return None
         options = dialog.values()
         self.prefs.remember(path, {**remembered, **options})  # llama.cpp's threads outlive a turn on numpy
-        self.chosen.emit({"source": path, **{key: value for key, value in options.items() if value is not None}})
+        return {"source": path, **{key: value for key, value in options.items() if value is not None}}

@@ -63,6 +63,8 @@ class GenerationWorker(QObject):
     modelsFound = Signal(object)  # engine.find_models' list
     scored = Signal(object, str)  # (engine.ScoreResult, the text of its first token: read, not scored)
     promptScored = Signal(object, str)  # (the session's prompt scored, an engine.ScoreResult, or None and why not)
+    compared = Signal(object, object)  # (engine.Comparison of the shown text, the second model: its name)
+    compareFailed = Signal(str)  # why a comparison could not be made (the first model and its session stay)
 
     def __init__(self, model):
         super().__init__()
@@ -74,6 +76,8 @@ class GenerationWorker(QObject):
         self._loaded_here = False  # a model this worker loaded is its own to close (a server's connections)
         self._generating = False
         self._prompt_unscored = False  # the session's prompt waits to be scored (once the worker is idle)
+        self.second_model = None  # the model a comparison reads the text with, and the request that loaded it
+        self._second_request: dict | None = None
         self._run_started = 0.0
         self._run_steps = 0
 
@@ -362,8 +366,43 @@ class GenerationWorker(QObject):
         for message in notices:
             self.notice.emit(f"{model.name} is loaded, but {message}")
 
+    @Slot(object)
+    def compare(self, request: dict) -> None:
+        """Compare the text under the model and a second one (engine.compare), off the GUI thread. request:
+        {"text": ..., "model": a load request (engine.load_model's source and options), or None for the
+        second model already loaded}. A second model that fails to load, or a text one cannot read, is said;
+        the first model, its session and the second model in use stay as they were."""
+        wanted = request.get("model")
+        if wanted is not None and wanted != self._second_request:
+            options = {key: value for key, value in wanted.items() if key != "source"}
+            try:
+                model = engine.load_model(wanted["source"], **options)
+            except Exception as error:  # noqa: BLE001 - any failure is said; nothing else changes
+                why = str(error) if isinstance(error, (ValueError, OSError)) else f"{type(error).__name__}: {error}"
+                self.compareFailed.emit(f"could not open the second model: {why}")
+                return
+            self.drop_second_model()
+            self.second_model, self._second_request = model, dict(wanted)
+        if self.second_model is None:
+            self.compareFailed.emit("the comparison was closed")
+            return
+        try:
+            comparison = engine.compare(self.model, self.second_model, request["text"])
+        except ValueError as error:
+            self.compareFailed.emit(f"could not compare the text: {error}")
+            return
+        self.compared.emit(comparison, self.second_model)
+
+    @Slot()
+    def drop_second_model(self) -> None:
+        """Close the comparison's second model (its memory and a server's connections)."""
+        if self.second_model is not None:
+            self.second_model.close()
+        self.second_model = self._second_request = None
+
     def close_own_model(self) -> None:
-        """On shutdown (the thread has stopped): close a model this worker loaded."""
+        """On shutdown (the thread has stopped): close a model this worker loaded, and a second model."""
+        self.drop_second_model()
         if self._loaded_here:
             self.model.close()
 
