@@ -25,6 +25,7 @@ class Comparing(QObject):
     compareRequested = Signal(object)  # to the worker: {"text": ..., "model": a load request or None}
     dropRequested = Signal()  # to the worker: close the second model
     shown = Signal(object)  # for outside observers (tests): the engine.Comparison the panel now shows
+    failed = Signal(str)  # for outside observers: why a comparison could not be made (said in the status bar)
 
     def __init__(self, window, worker, busy, status):
         super().__init__(window)
@@ -102,3 +103,4 @@ class Comparing(QObject):
     def _on_failed(self, why: str) -> None:
         self._in_flight = False
         self.status(why, error=True)
+        self.failed.emit(why)

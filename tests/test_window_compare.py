@@ -87,7 +87,7 @@ def test_a_second_model_that_fails_to_load_changes_nothing(qtbot, window, tmp_pa
     steps = window.token_view.step_count()
     broken = tmp_path / "cut.gguf"
     broken.write_bytes(b"GGUF\x03\x00\x00\x00")  # a header cut short
-    with qtbot.waitSignal(window.controller.worker.compareFailed, timeout=WAIT) as blocker:
+    with qtbot.waitSignal(window.controller.comparing.failed, timeout=WAIT) as blocker:
         window.controller.comparing.compare_with({"source": str(broken)})
     assert blocker.args[0].startswith("could not open the second model:")
     assert child(window, QLabel, "messageLabel").text() == blocker.args[0]
@@ -103,7 +103,7 @@ def test_a_second_model_that_cannot_read_the_text_is_named(qtbot, prefs):
     win = shown_window(qtbot, engine.load_model("smollm2", backend="numpy"), prefs)
     with qtbot.waitSignal(win.controller.textScored, timeout=WAIT):
         win.controller.score_text("The Capital of France is Paris.")
-    with qtbot.waitSignal(win.controller.worker.compareFailed, timeout=WAIT) as blocker:
+    with qtbot.waitSignal(win.controller.comparing.failed, timeout=WAIT) as blocker:
         win.controller.comparing.compare_with(STORY)
     assert "story model cannot read this text: 'T' at position 0" in blocker.args[0]
     assert win.token_view.whole_text() == "The Capital of France is Paris."  # the scored text stays
