@@ -35,6 +35,7 @@ class Comparing(QObject):
         self.second_name: str | None = None  # the second model, once one compared
         self._in_flight = False
         self._again = False  # the text changed while a comparison was being made
+        self._opening = False  # a new second model is being loaded (Close has not been pressed since)
         self.compareRequested.connect(worker.compare)
         self.dropRequested.connect(worker.drop_second_model)
         worker.compared.connect(self._on_compared)
@@ -54,31 +55,41 @@ class Comparing(QObject):
             self.status("Busy: compare once the model is free")
             return
         self.status("Loading the second model and reading the text with both...")
+        self._opening = True
         self._send({"model": dict(model_request), "text": text})
 
     def again(self) -> None:
-        """Compare the text as it is now with the second model in use."""
+        """Compare the text as it is now with the second model in use (an empty text: the panel is cleared
+        until there is one again)."""
         if self.second_name is None:
             return
         if self._in_flight:
             self._again = True  # once the one being made is in
             return
         text = self.view.whole_text()
-        if text and text != (self.panel.comparison.text if self.panel.comparison else None):
+        if not text:
+            self.panel.clear()
+        elif self.panel.comparison is not None and text == self.panel.comparison.text:
+            self.status(f"The comparison with {self.second_name} is up to date")
+        else:
             self._send({"model": None, "text": text})
 
     def text_changed(self) -> None:
-        """The view's text changed (a run ended, a token was forced, text was inserted): both models read it."""
-        if self.panel.isVisible():
-            self.again()
+        """The view's text changed (a run ended, a token was forced, text was inserted, Reset, another model,
+        a trace): both models read it."""
+        self.again()
 
     def close(self) -> None:
+        self.panel.clear()
         self.panel.hide()
-        self.second_name, self._again = None, False
+        self.second_name, self._again, self._opening = None, False, False
         self.dropRequested.emit()
 
     def select_span(self, start: int, end: int) -> None:
-        """A bar or a row of the panel: select the step that ends that span in the view."""
+        """A bar or a row of the panel: select the step that shows the span's last byte in the view."""
+        if self.panel.comparison is None or self.panel.comparison.text != self.view.whole_text():
+            self.status("The text changed since this comparison: it is being made again")
+            return
         index = self.view.step_at_byte(end - 1)
         if index < 0:
             self.status("That span is in the prompt: its tokens are read, not generated")
@@ -91,6 +102,9 @@ class Comparing(QObject):
 
     def _on_compared(self, comparison, second_model) -> None:
         self._in_flight = False
+        if self.second_name is None and not self._opening:
+            return  # closed while it was being made (the worker has dropped the model since)
+        self._opening = False
         first_name, second_name = names(self.window.controller.model, second_model)
         self.second_name = second_name
         self.panel.show_comparison(comparison, first_name, second_name)
@@ -101,6 +115,8 @@ class Comparing(QObject):
             self.again()
 
     def _on_failed(self, why: str) -> None:
-        self._in_flight = False
+        self._in_flight, self._opening = False, False
         self.status(why, error=True)
         self.failed.emit(why)
+        if self._again:
+            self.again()

@@ -184,6 +184,7 @@ class Controller(QObject):
         self.feed.clear()
         self.window.token_view.show_session("", [])
         self.window.uncertainty_strip.clear_prompt()
+        self.comparing.text_changed()  # no text: an open comparison is cleared until there is one
         self.window.chart.clear()
         self.window.stop_reason.setText("")
         self.window.speed_label.setText("")
@@ -279,6 +280,7 @@ class Controller(QObject):
         if trace["model"]["weights_sha256"] != self.model.weights_sha256:
             self.feed.use_token_bytes(None)  # its ids are another tokenizer's
         self.window.token_view.show_session(trace.get("prompt_text", trace["prompt"]), steps)  # less what healing cut
+        self.comparing.text_changed()
         self.window.chart.clear("Trace: click a token to see its distribution")
         self.window.stop_reason.setText(f"Trace stopped: {stop_text(trace['stopped'])}")
         self.window.replay_action.setEnabled(True)
@@ -455,6 +457,7 @@ class Controller(QObject):
         self.window.replay_action.setEnabled(False)
         self.feed.pending.clear()
         self.window.token_view.show_session(prompt, steps)
+        self.comparing.text_changed()
         self.window.stop_reason.setText(f"Replayed: {stop_text(stopped)}" if stopped else "Replayed")
         shown = (f"The view now shows the replayed run ({len(steps)} steps); open the trace again to see the "
                  "recorded one." if not report.identical else "The view shows the replayed run; Step or Generate "

@@ -370,28 +370,32 @@ class GenerationWorker(QObject):
     def compare(self, request: dict) -> None:
         """Compare the text under the model and a second one (engine.compare), off the GUI thread. request:
         {"text": ..., "model": a load request (engine.load_model's source and options), or None for the
-        second model already loaded}. A second model that fails to load, or a text one cannot read, is said;
-        the first model, its session and the second model in use stay as they were."""
+        second model already loaded}. A new second model is kept only once it has compared; a model that
+        fails to load or to read the text is said and closed, and the first model, its session and the
+        second model in use stay as they were."""
         wanted = request.get("model")
+        model = self.second_model
         if wanted is not None and wanted != self._second_request:
             options = {key: value for key, value in wanted.items() if key != "source"}
             try:
                 model = engine.load_model(wanted["source"], **options)
             except Exception as error:  # noqa: BLE001 - any failure is said; nothing else changes
-                why = str(error) if isinstance(error, (ValueError, OSError)) else f"{type(error).__name__}: {error}"
-                self.compareFailed.emit(f"could not open the second model: {why}")
+                self.compareFailed.emit(f"could not open the second model: {_readable(error)}")
                 return
-            self.drop_second_model()
-            self.second_model, self._second_request = model, dict(wanted)
-        if self.second_model is None:
+        if model is None:
             self.compareFailed.emit("the comparison was closed")
             return
         try:
-            comparison = engine.compare(self.model, self.second_model, request["text"])
-        except ValueError as error:
-            self.compareFailed.emit(f"could not compare the text: {error}")
+            comparison = engine.compare(self.model, model, request["text"])
+        except Exception as error:  # noqa: BLE001 - the GUI must hear back, whatever went wrong
+            if model is not self.second_model:
+                model.close()
+            self.compareFailed.emit(f"could not compare the text: {_readable(error)}")
             return
-        self.compared.emit(comparison, self.second_model)
+        if model is not self.second_model:
+            self.drop_second_model()
+            self.second_model, self._second_request = model, dict(wanted)
+        self.compared.emit(comparison, model)
 
     @Slot()
     def drop_second_model(self) -> None:
@@ -449,6 +453,10 @@ class GenerationWorker(QObject):
         self.changed.emit(view)
         if self._prompt_unscored and not self._generating and session is not None:
             QMetaObject.invokeMethod(self, "_score_prompt", Qt.ConnectionType.QueuedConnection)
+
+
+def _readable(error: Exception) -> str:
+    return str(error) if isinstance(error, (ValueError, OSError)) else f"{type(error).__name__}: {error}"
 
 
 def _could_not_open(source, error: str) -> str:

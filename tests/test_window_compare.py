@@ -108,9 +108,34 @@ def test_a_second_model_that_cannot_read_the_text_is_named(qtbot, prefs):
     assert "story model cannot read this text: 'T' at position 0" in blocker.args[0]
     assert win.token_view.whole_text() == "The Capital of France is Paris."  # the scored text stays
     assert not child(win, QWidget, "comparisonPanel").isVisible()
+    assert win.controller.worker.second_model is None  # the model that could not read it is not kept
     win.close()
 
 
 def test_nothing_to_compare_is_said(window):
     window.controller.comparing.compare_with(STORY)
     assert "Nothing to compare yet" in child(window, QLabel, "messageLabel").text()
+
+
+def test_reset_clears_the_comparison_and_the_next_text_brings_it_back(qtbot, window):
+    story_text(qtbot, window)
+    compared(qtbot, window, STORY)
+    panel = child(window, QWidget, "comparisonPanel")
+    qtbot.mouseClick(child(window, QPushButton, "resetButton"), Qt.MouseButton.LeftButton)
+    assert panel.comparison is None and child(window, QListWidget, "disagreementList").count() == 0
+    assert not panel.bars.isVisible() and len(panel.log_ratios) == 0  # nothing left of the old text to click
+    type_prompt(qtbot, window, "ben has a blue kite.")
+    with qtbot.waitSignal(window.controller.comparing.shown, timeout=WAIT) as blocker:
+        generate(qtbot, window)
+    assert blocker.args[0].text == window.token_view.whole_text()
+
+
+def test_a_comparison_that_arrives_after_close_is_dropped(qtbot, window):
+    story_text(qtbot, window)
+    comparison = compared(qtbot, window, STORY)
+    comparing, panel = window.controller.comparing, child(window, QWidget, "comparisonPanel")
+    qtbot.mouseClick(child(window, QPushButton, "closeComparisonButton"), Qt.MouseButton.LeftButton)
+    assert not panel.isVisible()
+    comparing._on_compared(comparison, window.controller.model)  # a result the worker sent before Close
+    assert not panel.isVisible() and comparing.second_name is None
+    qtbot.waitUntil(lambda: window.controller.worker.second_model is None, timeout=WAIT)

@@ -139,15 +139,14 @@ class Stage:
     apply: Callable[[Row, ChainInput], Row]
 
 
-def rescored(row: Row, positions, scores) -> Row:
+def rescored(row: Row, positions, scores, logits) -> Row:
     """The row with new scores at these positions ([c] each) and the softmax of the result. Penalties, DRY
     and a logit bias change a few scores of a whole vocabulary, so the old probabilities are rescaled
     rather than taking an exp of every score again: p_i / total for the unchanged, p_best * exp(x_i - best)
     / total for the changed (p_best = 1 / Z, the old best's probability), total = the new sum of these
     (in float64): the softmax within a few float32 ulps. A full softmax where the rescaling would lose
-    precision: the changed tokens held most of the mass, or one now scores above the old best."""
-    logits = row.logits.copy()
-    logits[positions] = scores
+    precision: the changed tokens held most of the mass, or one now scores above the old best.
+    logits: the row's scores with the new ones in place ([n])."""
     best = int(np.argmax(row.logits))
     if len(positions) * 8 > len(logits) or scores.max(initial=-np.inf) > row.logits[best]:
         return Row(logits, softmax(logits), row.vocab, row.ids)
@@ -168,9 +167,11 @@ def on_scores(row: Row, change) -> Row:
         return row
     at, inside = row.positions(found[0])
     at, scores = at[inside], found[1][inside]
-    if np.isneginf(scores).all() and np.isneginf(row.logits).sum() + len(at) >= len(row.logits):
+    logits = row.logits.copy()
+    logits[at] = scores
+    if np.isneginf(scores).any() and not np.isfinite(logits).any():
         return row  # a ban of every token left (after greedy, say): it gives way, leaving something to draw
-    return rescored(row, at, scores)
+    return rescored(row, at, scores, logits)
 
 
 _scratch = threading.local()

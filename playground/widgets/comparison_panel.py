@@ -109,6 +109,14 @@ class ComparisonPanel(QWidget):
         self._draw()
         self._fill_list()
 
+    def clear(self) -> None:
+        """No comparison: the text it was made of is gone (Reset, another model); it comes back with text."""
+        self.comparison = None
+        self.log_ratios, self.divergences = np.empty(0), np.empty(0)
+        self.summary.setText("No text to compare: the comparison comes back when there is one")
+        self.disagreements.clear()
+        self._draw()
+
     def summary_text(self, first_name: str, second_name: str) -> str:
         c = self.comparison
         first = sum(span.first_log_p for span in c.spans)
@@ -156,7 +164,9 @@ class ComparisonPanel(QWidget):
         x = np.arange(1, count + 1, dtype=float)
         heights = np.clip(np.nan_to_num(self.log_ratios), -Y_CAP, Y_CAP)
         brushes = [pg.mkBrush(COLORS["first"] if h >= 0 else COLORS["second"]) for h in heights]
-        self.bars.setOpts(x=x, height=heights, width=0.8, brushes=brushes, pens=[None] * count)
+        self.bars.setVisible(count > 0)  # pyqtgraph's BarGraphItem cannot draw zero bars
+        if count:
+            self.bars.setOpts(x=x, height=heights, width=0.8, brushes=brushes, pens=[None] * count)
         if len(self.divergences):
             self.divergence_curve.setData(x, np.clip(self.divergences, 0, Y_CAP), connect="finite")
         else:
