@@ -1,0 +1,125 @@
+"""Many seeds at once: how often each continuation comes, from one point of a text, under one set of settings.
+
+Each seed continues the text as a session would with that seed (`Session.update_settings(seed=s)`, then
+`run()`): same draws, same steps, bit for bit. The seeds are not run one after another. They walk the tree of
+what they draw together, depth first, with one context: at each node the model's scores are computed once
+(fed one token, as a session feeds it, so the numbers are a session's own), every seed there draws from them
+with its own random stream, and the seeds are grouped by the token each drew. A prefix many seeds share costs
+one forward pass, not one per seed; going back up the tree truncates the cache (O(1)).
+
+    SeedRun.nodes        the tree: (id, parent id, token id, token, how many seeds passed through), root first
+    SeedRun.steps        per seed, the steps it took
+    SeedRun.completions  the distinct continuations, most frequent first, with their counts
+
+Rules do not act here, and token healing and grammars are refused (their state follows each seed's own text).
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.core.settings import Settings
+from engine.core.steps import Step
+
+MAX_SEEDS = 10_000
+
+
+@dataclass(frozen=True)
+class SeedNode:
+    id: int
+    parent: int | None  # None: the text the seeds start from
+    token_id: int | None
+    token: str
+    count: int  # the seeds whose continuation passes through here
+
+
+@dataclass(frozen=True)
+class SeedRun:
+    text: str  # where the seeds started
+    seeds: tuple[int, ...]
+    steps: dict[int, tuple[Step, ...]]  # seed -> its steps
+    nodes: tuple[SeedNode, ...]
+
+    def continuation(self, seed: int) -> str:
+        return "".join(step.token for step in self.steps[seed])
+
+    def completions(self, n: int | None = None) -> list[tuple[str, int]]:
+        """The distinct continuations with how many seeds wrote each, most frequent first (ties: first seen)."""
+        counts: dict[str, int] = {}
+        for seed in self.seeds:
+            text = self.continuation(seed)
+            counts[text] = counts.get(text, 0) + 1
+        return sorted(counts.items(), key=lambda item: -item[1])[:n]
+
+
+def checked_seeds(seeds) -> tuple[int, ...]:
+    from engine.core.settings import MAX_SEED
+
+    seeds = tuple(seeds)
+    if not 1 <= len(seeds) <= MAX_SEEDS:
+        raise ValueError(f"give 1 to {MAX_SEEDS:,} seeds, not {len(seeds):,}")
+    if not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= MAX_SEED for s in seeds):
+        raise ValueError(f"seeds must be ints from 0 to {MAX_SEED}")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError("each seed once: a seed repeated writes the same text again")
+    return seeds
+
+
+def run_seeds(context, model, ids: list[int], text: str, settings: Settings, seeds, limit: int) -> SeedRun:
+    """The seeds' continuations of `ids` (whose scores `context` holds up to len(ids)), each at most `limit`
+    new tokens, stopping where a session stops (an end token, the context full). The context is truncated
+    back to len(ids) after."""
+    import random
+
+    seeds = checked_seeds(seeds)
+    start = len(ids)
+    nodes: list[SeedNode] = [SeedNode(0, None, None, "", len(seeds))]
+    steps: dict[int, list[Step]] = {seed: [] for seed in seeds}
+    streams = {seed: random.Random(seed) for seed in seeds}
+    maker = context._maker_for(settings)
+
+    def visit(path: list[int], node_id: int, here: list[int]) -> list[tuple]:  # -> the children to visit
+        depth = len(path) - start
+        if depth >= limit or len(path) >= model.context_length or (depth and path[-1] in model.end_token_ids):
+            return []
+        if depth:
+            context.truncate(len(path) - 1)  # the cache holds the parent's path: a sibling's tokens go
+        scores = context._scores(path)  # one token fed, the path's last, as a session feeds it
+        xtc = settings.active("xtc")  # XTC's draw changes the chain per seed; else one chain per node
+        shared = None if xtc else maker.distributions(scores, context._given(path, settings))
+        drawn: dict[int, list[int]] = {}
+        for seed in here:
+            stream = streams[seed]
+            xtc_draw = stream.random() if xtc else None  # as LocalContext.sample draws: XTC's chance first
+            dists = shared or maker.distributions(scores, context._given(path, settings, xtc_draw))
+            if settings.temperature == 0:
+                token_id, u = dists.final.best(), None
+            else:
+                u = stream.random()
+                token_id = dists.final.draw(u)
+            steps[seed].append(maker.make(scores, token_id, "model", dists, u, xtc_draw=xtc_draw))
+            drawn.setdefault(token_id, []).append(seed)
+        children = []
+        for token_id in sorted(drawn):
+            group = drawn[token_id]
+            nodes.append(SeedNode(len(nodes), node_id, token_id, steps[group[0]][-1].token, len(group)))
+            children.append(([*path, token_id], len(nodes) - 1, group))
+        return children
+
+    pending = [(list(ids), 0, list(seeds))]  # depth first, lower token ids first (no recursion: long texts)
+    try:
+        while pending:
+            pending.extend(reversed(visit(*pending.pop())))
+    finally:
+        context.truncate(start)
+    return SeedRun(text, seeds, {seed: tuple(steps[seed]) for seed in seeds}, tuple(nodes))
+
+
+def story_measure(run: SeedRun, first_sentence: str) -> dict[str, int]:
+    """On the story model: how many seeds wrote a well-formed first story, and how many kept the first
+    sentence's colour and object to its end (engine.story.corpus.follows_story)."""
+    from engine.story.corpus import follows_story
+
+    judged = [follows_story(first_sentence, run.text + run.continuation(seed)) for seed in run.seeds]
+    return {"seeds": len(judged), "well_formed": int(np.sum([j["well_formed"] for j in judged])),
+            "keeps_color_and_object": int(np.sum([j["keeps_color_and_object"] for j in judged]))}  # fmt: skip

@@ -1,0 +1,98 @@
+"""Many seeds at once (issue 16): Session.run_seeds continues the text with each seed exactly as a session
+with that seed would (bit for bit, every step's record), walking the tree of draws once; the tree's counts add
+up; the session itself does not change; bad input is refused."""
+
+import pytest
+
+import engine
+from engine.core.seeds import MAX_SEEDS, story_measure
+
+PROMPT = "mia has a red ball."
+
+
+def records(steps):
+    return [step.to_dict() for step in steps]
+
+
+@pytest.mark.parametrize("settings", [
+    dict(temperature=1.0),
+    dict(temperature=0.8, top_k=5, top_p=0.9, min_p=0.02),
+    dict(temperature=1.2, repeat_penalty=1.3, xtc_probability=0.5, xtc_threshold=0.1),  # XTC: a draw per seed
+    dict(temperature=0.0),
+])  # fmt: skip
+def test_each_seed_writes_what_its_own_session_writes(story_model, settings):
+    run = engine.Session(story_model, PROMPT, max_new_tokens=40, **settings).run_seeds(range(20))
+    for seed in range(20):
+        own = engine.Session(story_model, PROMPT, max_new_tokens=40, seed=seed, **settings).run()
+        assert records(run.steps[seed]) == records(own), seed
+
+
+def test_from_the_current_point_as_a_seed_change_would(story_model):
+    session = engine.Session(story_model, PROMPT, temperature=1.0, seed=7, max_new_tokens=60)
+    for _ in range(6):
+        session.step()
+    before = (list(session.ids), records(session.steps))
+    run = session.run_seeds([3, 11, 12], max_new_tokens=20)
+    assert (list(session.ids), records(session.steps)) == before  # the session is as it was
+    for seed in (3, 11, 12):
+        other = engine.Session(story_model, PROMPT, temperature=1.0, seed=7, max_new_tokens=60)
+        for _ in range(6):
+            other.step()
+        other.update_settings(seed=seed)
+        assert records(run.steps[seed]) == records([other.step() for _ in range(20)])
+    assert records([session.step()]) == records([engine.Session(story_model, PROMPT, temperature=1.0, seed=7,
+                                                                max_new_tokens=60).run()[6]])  # fmt: skip
+
+
+def test_the_tree_counts_add_up(story_model):
+    run = engine.Session(story_model, PROMPT, temperature=1.0, max_new_tokens=60).run_seeds(range(50))
+    nodes = run.nodes
+    assert nodes[0].parent is None and nodes[0].count == 50
+    children = {}
+    for node in nodes[1:]:
+        children.setdefault(node.parent, []).append(node)
+    ends = {}
+    for seed in range(50):  # each seed's tokens are a path of the tree, from the root
+        at = 0
+        for step in run.steps[seed]:
+            at = next(c.id for c in children[at] if c.token_id == step.token_id)
+        ends[at] = ends.get(at, 0) + 1
+    for node in nodes:  # every seed through a node goes on to one child, or its text ends there
+        assert node.count == sum(child.count for child in children.get(node.id, [])) + ends.get(node.id, 0)
+    completions = run.completions()
+    assert sum(count for _text, count in completions) == 50
+    assert [count for _text, count in completions] == sorted((count for _text, count in completions), reverse=True)
+    measure = story_measure(run, PROMPT)
+    assert measure["seeds"] == 50 and 0 <= measure["keeps_color_and_object"] <= measure["well_formed"] <= 50
+    assert len(nodes) < 50 * 30  # shared prefixes are one node, not one per seed
+
+
+def test_a_gguf_model_in_numpy_gives_the_same_steps():
+    model = engine.load_model("smollm2", backend="numpy")
+    prompt = "The history of computing"
+    run = engine.Session(model, prompt, temperature=1.0, top_k=40, max_new_tokens=6).run_seeds([0, 1, 2, 3])
+    for seed in range(4):
+        own = engine.Session(model, prompt, temperature=1.0, top_k=40, max_new_tokens=6, seed=seed).run()
+        assert records(run.steps[seed]) == records(own)
+
+
+def test_bad_input_is_refused_and_changes_nothing(story_model):
+    session = engine.Session(story_model, PROMPT, temperature=1.0)
+    for seeds, message in (([], "give 1 to"), (range(MAX_SEEDS + 1), "give 1 to"), ([1, 1], "each seed once"),
+                           ([-1], "seeds must be ints"), (["a"], "seeds must be ints")):  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            session.run_seeds(seeds)
+    with pytest.raises(ValueError, match="max_new_tokens must be an int >= 1"):
+        session.run_seeds([1], max_new_tokens=0)
+    assert session.steps == [] and session.ids == session.prompt_ids
+    ended = engine.Session(story_model, PROMPT, temperature=0.0)
+    ended.run()
+    with pytest.raises(ValueError, match="the text has stopped"):
+        ended.run_seeds([1])
+
+
+def test_a_server_is_refused():
+    from fake_backend import FakeStreamingBackend
+
+    with pytest.raises(ValueError, match="a server samples itself"):
+        engine.Session(FakeStreamingBackend(), "ab").run_seeds([1])
