@@ -11,7 +11,7 @@ import time
 from threadpoolctl import threadpool_limits
 
 import engine
-from engine.core.seeds import story_measure
+from engine.story.corpus import story_measure
 
 PROMPT = "mia has a red ball."
 

@@ -5,7 +5,8 @@ up; the session itself does not change; bad input is refused."""
 import pytest
 
 import engine
-from engine.core.seeds import MAX_SEEDS, story_measure
+from engine.core.seeds import MAX_SEEDS
+from engine.story.corpus import story_measure
 
 PROMPT = "mia has a red ball."
 

@@ -16,8 +16,6 @@ Rules do not act here, and token healing and grammars are refused (their state f
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from engine.core.settings import Settings
 from engine.core.steps import Step
 
@@ -113,13 +111,3 @@ def run_seeds(context, model, ids: list[int], text: str, settings: Settings, see
     finally:
         context.truncate(start)
     return SeedRun(text, seeds, {seed: tuple(steps[seed]) for seed in seeds}, tuple(nodes))
-
-
-def story_measure(run: SeedRun, first_sentence: str) -> dict[str, int]:
-    """On the story model: how many seeds wrote a well-formed first story, and how many kept the first
-    sentence's colour and object to its end (engine.story.corpus.follows_story)."""
-    from engine.story.corpus import follows_story
-
-    judged = [follows_story(first_sentence, run.text + run.continuation(seed)) for seed in run.seeds]
-    return {"seeds": len(judged), "well_formed": int(np.sum([j["well_formed"] for j in judged])),
-            "keeps_color_and_object": int(np.sum([j["keeps_color_and_object"] for j in judged]))}  # fmt: skip

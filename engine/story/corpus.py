@@ -93,3 +93,11 @@ def follows_story(first_sentence: str, generated: str) -> dict[str, bool]:
     well_formed = goer == giver and gives == giver
     keeps = well_formed and last_color == color and last_obj == obj
     return {"well_formed": well_formed, "keeps_color_and_object": keeps}
+
+
+def story_measure(run, first_sentence: str) -> dict[str, int]:
+    """For an engine.SeedRun from a story's first sentence: how many seeds wrote a well-formed first story, and
+    how many kept the first sentence's colour and object to its end (follows_story)."""
+    judged = [follows_story(first_sentence, run.text + run.continuation(seed)) for seed in run.seeds]
+    return {"seeds": len(judged), "well_formed": sum(j["well_formed"] for j in judged),
+            "keeps_color_and_object": sum(j["keeps_color_and_object"] for j in judged)}  # fmt: skip
