@@ -385,13 +385,14 @@ json_junk = st.recursive(
 def test_trace_fields_of_any_value_load_and_replay_or_raise_value_errors(story_model, rich_trace, tmp_path, data):
     trace = json.loads(json.dumps(rich_trace))
     path = data.draw(st.sampled_from([p for p in _paths(trace) if p]))
+    delete, junk = data.draw(st.booleans()), data.draw(json_junk)  # both drawn always: the same draws every run
     target = trace
     for key in path[:-1]:
         target = target[key]
-    if data.draw(st.booleans()) and isinstance(target, dict):
+    if delete and isinstance(target, dict):
         del target[path[-1]]
     else:
-        target[path[-1]] = data.draw(json_junk)
+        target[path[-1]] = junk
     file = tmp_path / "fuzzed.json"
     file.write_text(json.dumps(trace))
     try:
