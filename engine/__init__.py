@@ -8,7 +8,7 @@ from engine.core.replay import ReplayReport, replay, replay_session
 from engine.core.rules import CommandTool, Rule
 from engine.core.sampling import STAGE_NAMES, next_token_probs
 from engine.core.scoring import ScoreResult, score
-from engine.core.seeds import SeedRun
+from engine.core.seeds import MAX_SEEDS, SeedRun
 from engine.core.session import GenerationResult, Session, generate
 from engine.core.settings import LLAMA_CPP_ORDER, MAX_SEED, MAX_TEMPERATURE, SAMPLERS, Settings
 from engine.core.steps import TOP_CANDIDATES, Candidates, Step
@@ -16,12 +16,13 @@ from engine.core.trace import load_trace, save_trace, validate_trace
 from engine.discovery import FoundModel, find_models
 from engine.loading import load_model, smollm2_path
 from engine.story.checkpoint import resources_dir
+from engine.story.corpus import story_measure
 from engine.story.model import Config, StoryModel
 
 __all__ = [
-    "LLAMA_CPP_ORDER", "MAX_SEED", "MAX_TEMPERATURE", "SAMPLERS", "STAGE_NAMES", "TOP_CANDIDATES", "Backend", "Candidates", "Capabilities", "Comparison",
+    "LLAMA_CPP_ORDER", "MAX_SEED", "MAX_SEEDS", "MAX_TEMPERATURE", "SAMPLERS", "STAGE_NAMES", "TOP_CANDIDATES", "Backend", "Candidates", "Capabilities", "Comparison",
     "Context", "CommandTool", "Config", "FoundModel", "GenerationResult", "ReplayReport", "Rule", "ScoreResult", "SeedRun", "Session",
     "Settings", "Step", "StoryModel", "UnknownCharacterError", "compare", "generate", "load_model", "load_trace",
     "next_token_probs", "find_models", "replay", "replay_session", "resources_dir", "save_trace", "score",
-    "smollm2_path", "validate_trace", "__version__",
+    "smollm2_path", "story_measure", "validate_trace", "__version__",
 ]  # fmt: skip

@@ -44,6 +44,8 @@ class Controller(QObject):
     loadModel = Signal(object)  # {"source": ..., and engine.load_model's options}
     findModels = Signal(object)  # the recent files, for the worker's discovery
     scoreText = Signal(str, object)  # (a text, the controls' settings)
+    runSeeds = Signal(object)  # {"count": N, "settings": the controls' settings}
+    seedsShown = Signal(object)  # for outside observers: the engine.SeedRun the Seeds tab shows
     textScored = Signal(object)  # for outside observers: the engine.ScoreResult shown
     promptScored = Signal(object)  # for outside observers: the session's prompt scored (None: it could not be)
     traceWanted = Signal(object)  # a Future the worker fills with the session's trace
@@ -85,6 +87,7 @@ class Controller(QObject):
                              (self.resetSession, worker.reset), (self.requestPreview, worker.send_preview),
                              (self.loadModel, worker.load_model), (self.setRules, worker.set_rules),
                              (self.findModels, worker.find_models), (self.scoreText, worker.score_text),
+                             (self.runSeeds, worker.run_seeds),
                              (self.traceWanted, worker.make_trace)):  # fmt: skip
             signal.connect(slot)
         # this QObject's slots: queued, so they run on the GUI thread in the order the worker sent them
@@ -96,7 +99,8 @@ class Controller(QObject):
                              (worker.replayed, self._on_replayed), (worker.loadProgress, self._on_load_progress),
                              (worker.modelLoaded, self._on_model_loaded),
                              (worker.modelsFound, self.picker.set_found), (worker.scored, self._on_scored),
-                             (worker.promptScored, self._on_prompt_scored)):  # fmt: skip
+                             (worker.promptScored, self._on_prompt_scored),
+                             (worker.seedsRun, self._on_seeds_run)):  # fmt: skip
             signal.connect(slot)
 
         c = w.controls
@@ -109,7 +113,8 @@ class Controller(QObject):
                              (w.insert_edit.textChanged, lambda _text: self.prompts.insert_ok()),
                              (w.continue_button.clicked, self.continue_from_here),
                              (w.rules_panel.rulesChanged, self.rules_changed),
-                             (w.uncertainty_strip.promptClicked, self.prompt_token_clicked)):  # fmt: skip
+                             (w.uncertainty_strip.promptClicked, self.prompt_token_clicked),
+                             (w.seeds_panel.runRequested, self.run_seeds), (w.seeds_panel.seedChosen, self.seed_chosen)):  # fmt: skip
             signal.connect(slot)
         self.picker.show_model(self.model)
         self.feed.use_token_bytes(self.model)
@@ -138,7 +143,30 @@ class Controller(QObject):
             self._start(request)
         self._set_status("")
 
-    def _ready_request(self, then: str) -> dict | None:
+    def run_seeds(self, count: int) -> None:
+        """Seeds 0..count-1 continue the text from where it is, with the controls' settings (the worker runs
+        them; the session does not change). A new prompt starts its session first."""
+        request = self._ready_request(None)
+        if request is None:
+            return
+        if not self._continues(request):
+            self._start(request)
+        self._set_status(f"Running {count} seeds from here...")
+        self.runSeeds.emit({"count": count, "settings": request["settings"]})
+
+    def _on_seeds_run(self, run, seconds: float) -> None:
+        measure = None
+        if self.model.name == "story model":  # the seed lab's measure: kept the first sentence's colour and object?
+            measure = engine.story_measure(run, run.text.split(".")[0] + ".")
+        self.window.seeds_panel.show_run(run, seconds, measure)
+        self._set_status(self.window.seeds_panel.summary.text())
+        self.seedsShown.emit(run)
+
+    def seed_chosen(self, seed: int) -> None:
+        self.window.controls.seed.setValue(seed)
+        self._set_status(f"Seed {seed} writes that continuation from here: Generate writes it")
+
+    def _ready_request(self, then: str | None) -> dict | None:
         if self._replaying is not None:
             self._set_status("Replaying the trace: wait for its result (or Reset)")
             return None
@@ -438,6 +466,7 @@ class Controller(QObject):
 
     def _on_busy(self, busy: bool) -> None:
         self.running = busy
+        self.window.seeds_panel.set_running(busy)
         self.feed.set_live(busy)
         self.window.controls.set_running(busy, can_start=self.check_prompt() if not busy else False)
         self.window.continue_button.setEnabled(False)

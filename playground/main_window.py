@@ -31,6 +31,7 @@ from .widgets.chart import DistributionChart
 from .widgets.comparison_panel import ComparisonPanel
 from .widgets.controls import Controls
 from .widgets.rules_panel import RulesPanel
+from .widgets.seeds_panel import SeedsPanel
 from .widgets.token_view import COLOUR_MODES, TokenView, legend_html
 from .widgets.uncertainty_strip import UncertaintyStrip
 
@@ -61,6 +62,7 @@ class MainWindow(QMainWindow):
         self.legend.setTextFormat(Qt.TextFormat.RichText)
         self.legend.setWordWrap(True)  # the window can be narrow (1024 px)
         self.rules_panel = RulesPanel()
+        self.seeds_panel = SeedsPanel()
         self.insert_edit = QLineEdit(objectName="insertTextEdit")
         self.insert_edit.setPlaceholderText("Text to write into the model's output, as if it had said it")
         self.insert_button = QPushButton("Insert", objectName="insertButton")
@@ -144,6 +146,8 @@ class MainWindow(QMainWindow):
         self.side_tabs.setTabToolTip(
             1, "Penalties, DRY, XTC, typical-p, top-n-σ, logit bias, and the order of the stages"
         )
+        self.side_tabs.addTab(self.seeds_panel, "Seeds")
+        self.side_tabs.setTabToolTip(2, "Many seeds from where the text is: what they write, how often")
 
         left = QSplitter(Qt.Orientation.Vertical)
         left.addWidget(self.controls)

@@ -65,6 +65,7 @@ class GenerationWorker(QObject):
     promptScored = Signal(object, str)  # (the session's prompt scored, an engine.ScoreResult, or None and why not)
     compared = Signal(object, object)  # (engine.Comparison of the shown text, the second model: its name)
     compareFailed = Signal(str)  # why a comparison could not be made (the first model and its session stay)
+    seedsRun = Signal(object, float)  # (engine.SeedRun from where the session is, seconds it took)
 
     def __init__(self, model):
         super().__init__()
@@ -396,6 +397,23 @@ class GenerationWorker(QObject):
             self.drop_second_model()
             self.second_model, self._second_request = model, dict(wanted)
         self.compared.emit(comparison, model)
+
+    @Slot(object)
+    def run_seeds(self, request: dict) -> None:
+        """request: {"count": N, "settings": the controls' settings}: seeds 0..N-1 continue the text from
+        where the session is (Session.run_seeds: the session does not change), each for up to Max new tokens."""
+        if self.session is None or self._generating:
+            self.notice.emit("Generate or step first: the seeds continue the text from where it is")
+            return
+        settings = dict(request["settings"])
+        limit = settings.pop("max_new_tokens")  # Max new: tokens per seed from here, as per Generate
+        start = time.perf_counter()
+        try:
+            run = self.session.run_seeds(range(request["count"]), max_new_tokens=limit, **settings)
+        except ValueError as error:
+            self.failed.emit(f"could not run the seeds: {error}")
+            return
+        self.seedsRun.emit(run, time.perf_counter() - start)
 
     @Slot()
     def drop_second_model(self) -> None:

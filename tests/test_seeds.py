@@ -45,6 +45,28 @@ def test_from_the_current_point_as_a_seed_change_would(story_model):
                                                                 max_new_tokens=60).run()[6]])  # fmt: skip
 
 
+def test_the_sessions_own_seed_goes_on_with_its_stream(story_model):
+    """Seed 7 on a session of seed 7: update_settings(seed=7) changes nothing, so the stream goes on, and the
+    seed writes what the session itself writes next."""
+    session = engine.Session(story_model, PROMPT, temperature=1.0, seed=7, max_new_tokens=60)
+    for _ in range(4):
+        session.step()
+    run = session.run_seeds([7, 8], max_new_tokens=15)
+    assert records(run.steps[7]) == records([session.step() for _ in range(15)])
+    assert records(run.steps[8]) != records(run.steps[7])
+
+
+def test_other_settings_apply_to_the_seeds_only(story_model):
+    session = engine.Session(story_model, PROMPT, temperature=0.0, max_new_tokens=30)
+    run = session.run_seeds([4, 5], temperature=1.3, top_k=10)
+    assert session.settings.temperature == 0.0 and session.actions == []  # nothing logged, nothing changed
+    for seed in (4, 5):
+        own = engine.Session(story_model, PROMPT, temperature=1.3, top_k=10, max_new_tokens=30, seed=seed).run()
+        assert records(run.steps[seed]) == records(own)
+    with pytest.raises(ValueError, match="temperature"):
+        session.run_seeds([1], temperature=-1)
+
+
 def test_the_tree_counts_add_up(story_model):
     run = engine.Session(story_model, PROMPT, temperature=1.0, max_new_tokens=60).run_seeds(range(50))
     nodes = run.nodes

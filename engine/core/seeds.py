@@ -63,17 +63,15 @@ def checked_seeds(seeds) -> tuple[int, ...]:
     return seeds
 
 
-def run_seeds(context, model, ids: list[int], text: str, settings: Settings, seeds, limit: int) -> SeedRun:
+def run_seeds(context, model, ids: list[int], text: str, settings: Settings, seeds, limit: int, stream_of) -> SeedRun:
     """The seeds' continuations of `ids` (whose scores `context` holds up to len(ids)), each at most `limit`
-    new tokens, stopping where a session stops (an end token, the context full). The context is truncated
-    back to len(ids) after."""
-    import random
-
+    new tokens, stopping where a session stops (an end token, the context full); stream_of(seed): the
+    random.Random it draws from. The context is truncated back to len(ids) after."""
     seeds = checked_seeds(seeds)
     start = len(ids)
     nodes: list[SeedNode] = [SeedNode(0, None, None, "", len(seeds))]
     steps: dict[int, list[Step]] = {seed: [] for seed in seeds}
-    streams = {seed: random.Random(seed) for seed in seeds}
+    streams = {seed: stream_of(seed) for seed in seeds}
     maker = context._maker_for(settings)
 
     def visit(path: list[int], node_id: int, here: list[int]) -> list[tuple]:  # -> the children to visit

@@ -182,26 +182,35 @@ class Session:
             taken.append(step)
         return taken
 
-    def run_seeds(self, seeds, max_new_tokens: int | None = None):
+    def run_seeds(self, seeds, max_new_tokens: int | None = None, **changes):
         """Many seeds at once from here (engine/core/seeds.py): each seed continues the text as this session
-        would after update_settings(seed=s) and run(), bit for bit, for at most max_new_tokens new tokens
-        (default: the settings'); shared prefixes are computed once. Rules do not act; the session itself
-        does not change. -> SeedRun (the tree of what was drawn with counts, each seed's steps)."""
+        would after update_settings(seed=s, **changes) and run(), bit for bit, for at most max_new_tokens new
+        tokens (default: the settings'); shared prefixes are computed once. Rules do not act; the session
+        itself does not change. -> SeedRun (the tree of what was drawn with counts, each seed's steps)."""
         from engine.core.seeds import run_seeds
 
         if not self.model.capabilities.local_sampling:
             raise ValueError("many seeds need a backend the engine samples for (a server samples itself)")
-        if self.settings.grammar is not None:
+        settings = replace(self.settings, **_known(changes)).check_vocab(self.model.vocab_size)  # validates
+        if settings.grammar is not None:
             raise ValueError("many seeds do not follow a grammar: clear the grammar first")
         if self._healing is not None:
             raise ValueError("token healing is still spelling the end of the text: take a step first")
         if self.stopped not in (None, "max_new_tokens"):
             raise ValueError(f"the text has stopped ({self.stopped}): there is nothing to continue")
-        limit = self.settings.max_new_tokens if max_new_tokens is None else max_new_tokens
+        limit = settings.max_new_tokens if max_new_tokens is None else max_new_tokens
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
             raise ValueError(f"max_new_tokens must be an int >= 1, not {limit!r}")
         self.interrupt()
-        return run_seeds(self._context, self.model, list(self.ids), self.text, self.settings, seeds, limit)
+
+        def stream_of(seed: int) -> random.Random:  # as update_settings(seed=seed, **changes) leaves the stream
+            if replace(settings, seed=seed, max_new_tokens=self.settings.max_new_tokens) == self.settings:
+                stream = random.Random()
+                stream.setstate(self._rng.getstate())  # nothing but the limit changes: the stream goes on
+                return stream
+            return random.Random(seed)  # a fresh stream from the seed
+
+        return run_seeds(self._context, self.model, list(self.ids), self.text, settings, seeds, limit, stream_of)
 
     # --- steering --------------------------------------------------------------------------------
     def force_token(self, token_id) -> None:

@@ -1,0 +1,53 @@
+"""The Seeds tab (issue 16, many seeds at once): seeds run in the worker from where the text is, with the
+controls' settings; the distinct continuations are listed by frequency; a click puts a seed in the controls
+and Generate then writes exactly that continuation. Real window, story model, offscreen."""
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QLabel, QListWidget, QPushButton, QSpinBox
+from test_window import WAIT, child, generate, step, type_prompt
+
+
+def run_seeds(qtbot, win, count):
+    child(win, QSpinBox, "seedCount").setValue(count)
+    with qtbot.waitSignal(win.controller.seedsShown, timeout=WAIT) as blocker:
+        qtbot.mouseClick(child(win, QPushButton, "runSeedsButton"), Qt.MouseButton.LeftButton)
+    return blocker.args[0]
+
+
+def click_row(qtbot, rows, index):
+    rows.scrollToItem(rows.item(index))
+    qtbot.mouseClick(rows.viewport(), Qt.MouseButton.LeftButton, pos=rows.visualItemRect(rows.item(index)).center())
+
+
+def test_seeds_list_their_continuations_and_a_chosen_seed_writes_its_own(qtbot, window):
+    type_prompt(qtbot, window, "mia has a red ball.")
+    window.controls.temperature.setValue(1.0)
+    run = run_seeds(qtbot, window, 30)
+    rows = child(window, QListWidget, "seedCompletions")
+    completions = run.completions()
+    assert rows.count() == len(completions) and sum(count for _text, count in completions) == 30
+    assert rows.item(0).text().startswith(f"{completions[0][1]:>4} ×")
+    summary = child(window, QLabel, "seedSummary").text()
+    assert summary.startswith("30 seeds:") and "kept the first sentence's colour and object" in summary
+    assert window.token_view.step_count() == 0  # the seeds leave the text as it was
+    index = rows.count() - 1  # the rarest: its seed must write it, not the most likely story
+    click_row(qtbot, rows, index)
+    seed = rows.item(index).data(Qt.ItemDataRole.UserRole)
+    assert window.controls.seed.value() == seed
+    generate(qtbot, window)
+    assert window.token_view.whole_text() == run.text + run.continuation(seed)
+
+
+def test_seeds_from_a_later_point_continue_it(qtbot, window):
+    type_prompt(qtbot, window, "ben has a blue kite.")
+    window.controls.temperature.setValue(1.2)
+    for _ in range(3):
+        step(qtbot, window)
+    text = window.token_view.whole_text()
+    run = run_seeds(qtbot, window, 12)
+    assert run.text == text and window.token_view.whole_text() == text
+    rows = child(window, QListWidget, "seedCompletions")
+    click_row(qtbot, rows, 0)
+    seed = rows.item(0).data(Qt.ItemDataRole.UserRole)
+    generate(qtbot, window)
+    assert window.token_view.whole_text() == text + run.continuation(seed)
