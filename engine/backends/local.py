@@ -102,6 +102,16 @@ class LocalContext:
         finally:
             self.truncate(0)  # a scoring context keeps nothing: the next score starts from the first token
 
+    def feed(self, ids, token_ids) -> None:
+        """The tokens follow ids in the text now (a branch put back): one batched forward over the new
+        positions, their rows kept by position; the last token is not fed yet (as after force)."""
+        self._scores(ids)
+        fed = self.cache.length
+        if len(token_ids) > 1:
+            rows = self._forward(list(ids[fed:]) + list(token_ids[:-1]))  # row i: position fed + i + 1
+            for position, row in enumerate(rows, start=fed + 1):
+                self._rows[position] = row
+
     def option_probabilities(self, ids, text, encoded, settings) -> list[tuple[float, float]]:
         maker = self._maker_for(settings)
         first = maker.distributions(self._scores(ids), self._given(ids, settings))  # every option's first token

@@ -70,6 +70,10 @@ class Context(Protocol):
     def option_probabilities(self, ids: list[int], text: str, encoded: list[list[int]], settings: Settings):
         """-> [(probability under the settings, raw model probability)] of each whole option."""
 
+    def feed(self, ids: list[int], token_ids: list[int]) -> None:
+        """The tokens follow ids in the text now, with records the session already has (a branch of the tree
+        put back, Session.goto): a local context computes their positions in one pass, a server nothing."""
+
     def truncate(self, length: int) -> None:
         """Forget every position from `length` on (a rewind); the positions before are kept, not recomputed."""
 

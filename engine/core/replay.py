@@ -18,16 +18,21 @@ class ReplayReport:
     steps: int  # steps compared
     first_difference: dict | None  # {"step", "field", "token", "recorded", "replayed"} or None
     notes: tuple[str, ...] = ()
+    nodes: int = 0  # nodes of the tree compared besides the steps (a trace with branches)
 
     def summary(self) -> str:
         if self.identical:
-            return f"identical: all {self.steps} steps replayed bit for bit"
+            branches = f", and every branch of the tree ({self.nodes} nodes)" if self.nodes > self.steps else ""
+            return f"identical: all {self.steps} steps replayed bit for bit{branches}"
         d = self.first_difference
         if d is None:  # every step agreed, but an action could not be replayed
             return next(note for note in self.notes if note.startswith("replay stopped"))
         token = d["token"]
         tokens = f"{token[0]!r}" if token[0] == token[1] else f"recorded {token[0]!r}, replayed {token[1]!r}"
-        return (f"differs at step {d['step']} ({tokens}), {d['field']}: "
+        where = (
+            f"step {d['step']}" if "node" not in d else f"node {d['node']} (branch {'>'.join(map(str, d['branch']))})"
+        )
+        return (f"differs at {where} ({tokens}), {d['field']}: "
                 f"recorded {_shown(d['recorded'])}, replayed {_shown(d['replayed'])}")  # fmt: skip
 
 
@@ -69,6 +74,11 @@ def replay_session(trace: dict, model):
             break
     as_recorded = {SCHEMA_V1: Step.to_v1_dict, SCHEMA_V2: Step.to_v2_dict}.get(trace["schema"], Step.to_dict)
     report = _compare(trace["steps"], [as_recorded(step) for step in session.steps], notes)
+    if report.identical and "tree" in trace:
+        nodes = len(trace["tree"]["nodes"]) - 1
+        report = _compare_tree(trace["tree"]["nodes"], session, notes) or ReplayReport(
+            True, report.steps, None, report.notes, nodes
+        )
     if stopped and report.identical:  # the steps agree, but the trace holds an action this model refuses
         report = ReplayReport(False, report.steps, None, tuple(notes))
     if not model.capabilities.local_sampling and not report.identical:
@@ -92,6 +102,30 @@ def _compare(recorded: list[dict], replayed: list[dict], notes) -> ReplayReport:
                       "recorded": len(recorded), "replayed": len(replayed)}  # fmt: skip
         return ReplayReport(False, index, difference, tuple(notes))
     return ReplayReport(True, len(recorded), None, tuple(notes))
+
+
+def _compare_tree(recorded: list[dict], session, notes) -> ReplayReport | None:
+    """Every branch, node by node (ids follow the order the nodes were made, so replay makes the same ones):
+    the first node that differs, named with its branch; None when all agree."""
+    replayed = session.tree.nodes
+    for node in recorded[1:]:
+        index = node["id"]
+        new = replayed[index] if index < len(replayed) else None
+        mine = None if new is None else {"parent": new.parent, "step": new.step.to_dict()}
+        if mine != {"parent": node["parent"], "step": node["step"]}:
+            branch = [index]
+            while recorded[branch[0]]["parent"]:
+                branch.insert(0, recorded[branch[0]]["parent"])
+            field, was, now = ("node", index, None) if mine is None else _first_different(node, {"id": index, **mine})
+            difference = {"step": len(branch) - 1, "node": index, "branch": branch, "field": field,
+                          "token": (node["step"]["token"], None if new is None else new.step.token),
+                          "recorded": was, "replayed": now}  # fmt: skip
+            return ReplayReport(False, len(session.steps), difference, tuple(notes))
+    if len(replayed) != len(recorded):
+        difference = {"step": None, "node": len(recorded), "branch": [], "field": "node count", "token": (None, None),
+                      "recorded": len(recorded), "replayed": len(replayed)}  # fmt: skip
+        return ReplayReport(False, len(session.steps), difference, tuple(notes))
+    return None
 
 
 def _first_different(old, new, path: str = "") -> tuple[str, object, object]:
@@ -127,5 +161,7 @@ def _perform(session, action: dict) -> None:
         session.update_settings(**action["settings"])
     elif kind == "rules":
         pass  # replay runs no rule: what the rules inserted follows in the log as insert / choose actions
+    elif kind == "goto":
+        session.goto(action["node"])
     else:
         session.rewind(action["n"])

@@ -16,6 +16,7 @@ from engine.core.healing import healer_for
 from engine.core.rules import Rule
 from engine.core.settings import Settings
 from engine.core.steps import SOURCES, Candidates, Step
+from engine.core.tree import Tree
 
 NO_HEALING = "token healing needs a backend the engine samples for (a server samples itself): set heal=False"
 
@@ -66,6 +67,8 @@ class Session:
         self._returned = 0  # steps handed out by step(); a rule's several steps go out one per call
         self._fired: set[tuple[int, int]] = set()  # (rule index, text length) where a rule fired
         self._prompt_score = None  # score_prompt's, once asked for
+        self.tree = Tree()  # every step ever taken, branches kept (engine/core/tree.py)
+        self.path: list[int] = []  # the tree's node of each step
 
     # --- reading ---------------------------------------------------------------------------------
     @property
@@ -172,6 +175,9 @@ class Session:
         self._stream_action = None
         steps = self._context.close_stream(self.steps)
         if steps is not self.steps:
+            for node_id, old, new in zip(self.path, self.steps, steps):
+                if old is not new:  # a streamed step whose id is known now
+                    self.tree.replace_step(node_id, new)
             self.steps[:] = steps
             self.ids[len(self.prompt_ids) :] = [step.token_id for step in steps]
 
@@ -299,12 +305,54 @@ class Session:
             return
         self.interrupt()
         self._log({"kind": "rewind", "n": n})
-        keep = len(self.steps) - n
+        self._cut(len(self.steps) - n)
+
+    def goto(self, node_id) -> None:
+        """Make the branch of the tree that ends at this node the session's text (a click on a node): back to
+        where it parts from the current one, then its recorded steps put back, fed to the model in one pass
+        (nothing is sampled again), with the random stream, healing and settings as they stood after them.
+        Logged; stepping, rewinding and going elsewhere work from there as ever."""
+        target = self.tree.path(node_id)  # ValueError for a node that is not there
+        common = 0
+        while common < min(len(target), len(self.path)) and target[common] == self.path[common]:
+            common += 1
+        if common == len(target) == len(self.path):
+            return  # already there
+        nodes = [self.tree.nodes[i] for i in target[common:]]
+        self._check_room(len(nodes) - (len(self.steps) - common))
+        self.interrupt()
+        self._log({"kind": "goto", "node": node_id})
+        self._forced = None
+        if common < len(self.steps):
+            self._cut(common)
+        if not nodes:
+            return
+        self._context.feed(self.ids, [node.step.token_id for node in nodes])
+        while len(self._epochs) > 1 and self._epochs[-1].start >= common and self._epochs[-1] is not nodes[0].epoch:
+            self._epochs.pop()  # a settings change at the branch point belongs to the branch left
+        for node in nodes:
+            if node.epoch is not self._epochs[-1]:
+                self._epochs.append(node.epoch)
+            self.steps.append(node.step)
+            self.path.append(node.id)
+            self._text_lengths.append(len(self.text))
+            self._draws_before.append(node.draws_before)
+            self._healing_before.append(node.healing_before)
+            self.ids.append(node.step.token_id)
+            self.text += node.step.token
+        self._healing = nodes[-1].healing_after
+        self._enter_epoch(self._epochs[-1], nodes[-1].draws_after)
+        self._returned = len(self.steps)
+
+    def _cut(self, keep: int) -> None:
+        """Keep the first `keep` steps (the body of rewind: the cache, draws, settings and healing as they
+        stood after them)."""
         self._ended_at = None
         self.text = self.text[: self._text_lengths[keep]]
         draws = self._draws_before[keep]
         self._healing = self._healing_before[keep]
         del self.steps[keep:], self._text_lengths[keep:], self._draws_before[keep:], self._healing_before[keep:]
+        del self.path[keep:]
         del self.ids[len(self.prompt_ids) + keep :]
         self._context.truncate(len(self.ids))
         while self._epochs[-1].start > keep:  # settings changed after the point we return to
@@ -335,15 +383,22 @@ class Session:
             self._rng.random()
 
     def _append(self, steps: list[Step]) -> list[Step]:
+        draws = self._draws  # a sampled step counts its own draw once it exists (in _sample)
         for step in steps:
             self.steps.append(step)
             self._text_lengths.append(len(self.text))
-            self._draws_before.append(self._draws)  # a sampled step counts its own draw once it exists
-            self._healing_before.append(self._healing)
+            self._draws_before.append(draws)
+            healing_before = self._healing
+            self._healing_before.append(healing_before)
             if self._healing is not None:
                 self._healing = self._healer().advance(self._healing, step.token_id)
             self.ids.append(step.token_id)
             self.text += step.token
+            after = draws + (step.draw is not None) + (step.xtc_draw is not None)
+            self.path.append(self.tree.add(self.path[-1] if self.path else 0, step, draws_before=draws,
+                                           draws_after=after, healing_before=healing_before,
+                                           healing_after=self._healing, epoch=self._epochs[-1]))  # fmt: skip
+            draws = after
         return steps
 
     def _handed_to_caller(self, steps: list[Step]) -> list[Step]:

@@ -6,9 +6,14 @@ session's action log (sample, force, insert, choose, rewind, settings) on a fres
 starting settings, so the forward passes run in the same chunks and the steps come out bit for bit the
 same.
 
-    {"schema": "token-playground/trace/3", "engine_version", "created_utc",
+    {"schema": "token-playground/trace/4", "engine_version", "created_utc",
      "model": {"name", "weights_sha256"}, "prompt", "prompt_text", "prompt_token_ids", "settings": {... "seed"},
-     "rules": [described], "actions": [...], "steps": [Step.to_dict()...], "text", "stopped", "events"}
+     "rules": [described], "actions": [...], "steps": [Step.to_dict()...], "tree": {"nodes": [...]},
+     "path": [the node of each step], "text", "stopped", "events"}
+
+"tree" holds every branch the session took (engine/core/tree.py): nodes with an id and a parent id, each with
+its step; "path" the active branch. A "goto" action puts another branch back. Schema 3 had no tree: it opens
+as one branch (its steps).
 
 A step's "candidates" are {"token_ids", "tokens", "raw", "stages": {stage name: probabilities}, "removed_by":
 [stage name or null]}, the stages in the chain's order; a step also records "stage_ranks" (the token's rank
@@ -28,12 +33,16 @@ from engine.core import __version__
 from engine.core.files import atomic_write_bytes
 from engine.core.settings import Settings
 from engine.core.steps import Step
+from engine.core.tree import check_tree
 
-SCHEMA = "token-playground/trace/3"  # 3: every sampler stage, its order, what removed each candidate
+SCHEMA = "token-playground/trace/4"  # 4: the tree of every branch, and goto actions
+SCHEMA_V3 = (
+    "token-playground/trace/3"  # every sampler stage, its order, what removed each candidate: opens as one branch
+)
 SCHEMA_V2 = "token-playground/trace/2"  # a step's candidates hold every stage by name: still opens and replays
 SCHEMA_V1 = "token-playground/trace/1"  # fixed stage fields (temperature, top_k, final): still opens and replays
-SCHEMAS = (SCHEMA, SCHEMA_V2, SCHEMA_V1)
-ACTION_KINDS = {"sample", "stream", "force", "insert", "choose", "rewind", "settings", "rules"}
+SCHEMAS = (SCHEMA, SCHEMA_V3, SCHEMA_V2, SCHEMA_V1)
+ACTION_KINDS = {"sample", "stream", "force", "insert", "choose", "rewind", "goto", "settings", "rules"}
 
 
 def session_trace(session) -> dict:
@@ -49,6 +58,8 @@ def session_trace(session) -> dict:
         "rules": [rule.describe() for rule in session.initial_rules],
         "actions": json.loads(json.dumps(session.actions)),  # a deep copy of plain data
         "steps": [step.to_dict() for step in session.steps],
+        "tree": session.tree.to_dict(),
+        "path": list(session.path),
         "text": session.text,
         "stopped": session.stopped,
         "events": list(session.events),
@@ -82,8 +93,8 @@ def validate_trace(trace) -> None:
     if not isinstance(trace, dict):
         raise ValueError("a trace must be a JSON object")
     if trace.get("schema") not in SCHEMAS:
-        raise ValueError(f"trace field 'schema' must be {SCHEMA!r} (or {SCHEMA_V2!r}, {SCHEMA_V1!r}), "
-                         f"got {trace.get('schema')!r:.80}")  # fmt: skip
+        raise ValueError(f"trace field 'schema' must be {SCHEMA!r} (or {SCHEMA_V3!r}, {SCHEMA_V2!r}, "
+                         f"{SCHEMA_V1!r}), got {trace.get('schema')!r:.80}")  # fmt: skip
     expected = {
         "engine_version": str, "created_utc": str, "model": dict, "prompt": str, "prompt_token_ids": list,
         "settings": dict, "rules": list, "actions": list, "steps": list, "text": str, "events": list,
@@ -113,6 +124,17 @@ def validate_trace(trace) -> None:
             Step.from_dict(step)
         except ValueError as error:
             raise ValueError(f"trace field 'steps[{index}]': {error}") from None
+    if trace["schema"] == SCHEMA:
+        check_tree(trace.get("tree"))
+        path = trace.get("path")
+        if (
+            not isinstance(path, list)
+            or len(path) != len(trace["steps"])
+            or any(
+                not isinstance(i, int) or isinstance(i, bool) or not 0 < i < len(trace["tree"]["nodes"]) for i in path
+            )
+        ):
+            raise ValueError("trace field 'path' must hold a node of the tree for each step")
     prompt_text = trace.get("prompt_text", trace["prompt"])  # schema 3: the prompt less what healing cut
     if not isinstance(prompt_text, str) or not trace["prompt"].startswith(prompt_text):
         raise ValueError("trace field 'prompt_text' must be the prompt or a start of it")
@@ -142,6 +164,8 @@ def _check_action(index, action) -> None:
         raise ValueError(f"{where}: a choose needs 'options' (strings) and a source forced/rule")
     if kind == "rewind" and not (ints([action.get("n")]) and action["n"] > 0):
         raise ValueError(f"{where}: a rewind needs a positive int 'n'")
+    if kind == "goto" and not (ints([action.get("node")]) and action["node"] >= 0):
+        raise ValueError(f"{where}: a goto needs an int 'node' >= 0")
     if kind == "stream" and not (ints([action.get("n")]) and action["n"] >= 0):
         raise ValueError(f"{where}: a stream needs an int 'n' >= 0 (the tokens it gave)")
     if kind == "rules":

@@ -54,6 +54,9 @@ class RemoteContext:
             results.append((p, p))
         return results
 
+    def feed(self, ids, token_ids) -> None:
+        pass  # the next request sends the text as it is now
+
     def truncate(self, length: int) -> None:
         pass  # the next request sends the text as it is now
 

@@ -1,0 +1,109 @@
+"""The tree of a session's branches (issue 16, the engine's part): a rewind keeps what it leaves, a different
+step makes a sibling, the very same step is the same node; goto puts a branch back as it was; the trace holds
+every branch (schema 4) and replay checks every node, naming the first that differs with its branch; a tree
+with a dangling parent or a cycle is refused by load_trace, naming the node; schema-3 traces still replay."""
+
+import json
+
+import pytest
+
+import engine
+
+PROMPT = "mia has a red ball."
+
+
+def branched(story_model):
+    """Eight steps (branch A), back four, another temperature and seed, six steps (branch B)."""
+    session = engine.Session(story_model, PROMPT, temperature=1.0, seed=1, max_new_tokens=60)
+    a = [session.step() for _ in range(8)]
+    leaf_a, text_a, settings_a = session.path[-1], session.text, session.settings
+    session.rewind(4)
+    session.update_settings(temperature=1.5, seed=9)
+    session.run()
+    return session, leaf_a, text_a, settings_a, a
+
+
+def test_a_rewind_keeps_the_branch_it_leaves(story_model):
+    session, leaf_a, _text, _settings, a = branched(story_model)
+    tree = session.tree
+    assert tree.path(leaf_a)[:4] == session.path[:4] and leaf_a not in session.path
+    assert [tree.nodes[i].step for i in tree.path(leaf_a)] == a
+    assert len(tree.children(session.path[3])) == 2  # the branch point: A's fifth step and B's first
+    assert [tree.nodes[i].step for i in session.path] == session.steps
+
+
+def test_the_same_step_again_is_the_same_node(story_model):
+    session = engine.Session(story_model, PROMPT, temperature=1.0, seed=3, max_new_tokens=60)
+    for _ in range(5):
+        session.step()
+    nodes, path = len(session.tree.nodes), list(session.path)
+    session.rewind(3)
+    for _ in range(3):
+        session.step()  # the random state rewound too: the very same steps
+    assert len(session.tree.nodes) == nodes and session.path == path
+
+
+def test_goto_puts_a_branch_back_as_it_was(story_model):
+    session, leaf_a, text_a, settings_a, a = branched(story_model)
+    leaf_b, text_b = session.path[-1], session.text
+    session.goto(leaf_a)
+    assert session.text == text_a and session.steps == a and session.settings == settings_a
+    assert session.path == session.tree.path(leaf_a)
+    reference = engine.Session(story_model, PROMPT, temperature=1.0, seed=1, max_new_tokens=60)
+    expected = [reference.step() for _ in range(12)]
+    going_on = [session.step() for _ in range(4)]  # A's random stream goes on where A left it
+    assert [s.token_id for s in going_on] == [s.token_id for s in expected[8:]]
+    session.goto(leaf_b)
+    assert session.text == text_b
+    session.goto(session.tree.path(leaf_b)[1])  # an ancestor: as a rewind
+    assert len(session.steps) == 2
+    with pytest.raises(ValueError, match="no node 999"):
+        session.goto(999)
+    assert len(session.steps) == 2
+
+
+def test_every_branch_replays_and_a_changed_node_is_named_with_its_branch(story_model, tmp_path):
+    session, leaf_a, *_ = branched(story_model)
+    session.goto(leaf_a)
+    session.step()
+    trace = session.trace()
+    assert trace["schema"] == "token-playground/trace/4" and trace["path"] == session.path
+    engine.save_trace(trace, tmp_path / "tree.json")
+    report = engine.replay(engine.load_trace(tmp_path / "tree.json"), story_model)
+    assert report.identical and report.nodes == len(session.tree.nodes) - 1, report.summary()
+    off_path = next(n for n in trace["tree"]["nodes"][1:] if n["id"] not in trace["path"])
+    changed = json.loads(json.dumps(trace))
+    changed["tree"]["nodes"][off_path["id"]]["step"]["probability"] = 0.25
+    report = engine.replay(changed, story_model)
+    branch = session.tree.path(off_path["id"])
+    assert not report.identical and report.first_difference["node"] == off_path["id"]
+    assert report.first_difference["branch"] == branch and report.first_difference["field"] == "step.probability"
+    assert f"node {off_path['id']} (branch {'>'.join(map(str, branch))})" in report.summary()
+
+
+def test_a_bad_tree_is_refused_naming_the_node(story_model, tmp_path):
+    session, *_ = branched(story_model)
+    trace = session.trace()
+    for change, message in (
+        (lambda t: t["tree"]["nodes"][5].update(parent=99), "node 5: its parent 99 is not a node of the tree"),
+        (lambda t: t["tree"]["nodes"][3].update(parent=7), "node 3: its parent 7 does not come before it"),
+        (lambda t: t["tree"]["nodes"][2].update(id=4), "node 2 must be an object whose 'id' is 2"),
+        (lambda t: t["tree"]["nodes"][4].update(step={"token": 3}), "node 4:"),
+        (lambda t: t.update(path=[1, 2]), "trace field 'path'"),
+        (lambda t: t.pop("tree"), "trace field 'tree'"),
+    ):  # fmt: skip
+        bad = json.loads(json.dumps(trace))
+        change(bad)
+        (tmp_path / "bad.json").write_text(json.dumps(bad))
+        with pytest.raises(ValueError, match=message):
+            engine.load_trace(tmp_path / "bad.json")
+
+
+def test_a_schema_3_trace_opens_as_one_branch_and_replays(story_model):
+    session = engine.Session(story_model, PROMPT, temperature=1.0, seed=4, max_new_tokens=20)
+    session.run()
+    old = session.trace()
+    old["schema"] = "token-playground/trace/3"
+    del old["tree"], old["path"]
+    engine.validate_trace(old)
+    assert engine.replay(old, story_model).identical
