@@ -45,6 +45,7 @@ class Controller(QObject):
     findModels = Signal(object)  # the recent files, for the worker's discovery
     scoreText = Signal(str, object)  # (a text, the controls' settings)
     runSeeds = Signal(object)  # {"count": N, "settings": the controls' settings}
+    gotoNode = Signal(int)  # a node of the session's tree: its branch becomes the text
     seedsShown = Signal(object)  # for outside observers: the engine.SeedRun the Seeds tab shows
     textScored = Signal(object)  # for outside observers: the engine.ScoreResult shown
     promptScored = Signal(object)  # for outside observers: the session's prompt scored (None: it could not be)
@@ -87,7 +88,7 @@ class Controller(QObject):
                              (self.resetSession, worker.reset), (self.requestPreview, worker.send_preview),
                              (self.loadModel, worker.load_model), (self.setRules, worker.set_rules),
                              (self.findModels, worker.find_models), (self.scoreText, worker.score_text),
-                             (self.runSeeds, worker.run_seeds),
+                             (self.runSeeds, worker.run_seeds), (self.gotoNode, worker.goto),
                              (self.traceWanted, worker.make_trace)):  # fmt: skip
             signal.connect(slot)
         # this QObject's slots: queued, so they run on the GUI thread in the order the worker sent them
@@ -100,7 +101,8 @@ class Controller(QObject):
                              (worker.modelLoaded, self._on_model_loaded),
                              (worker.modelsFound, self.picker.set_found), (worker.scored, self._on_scored),
                              (worker.promptScored, self._on_prompt_scored),
-                             (worker.seedsRun, self._on_seeds_run)):  # fmt: skip
+                             (worker.seedsRun, self._on_seeds_run),
+                             (worker.treeChanged, w.tree_panel.update_tree)):  # fmt: skip
             signal.connect(slot)
 
         c = w.controls
@@ -114,7 +116,8 @@ class Controller(QObject):
                              (w.continue_button.clicked, self.continue_from_here),
                              (w.rules_panel.rulesChanged, self.rules_changed),
                              (w.uncertainty_strip.promptClicked, self.prompt_token_clicked),
-                             (w.seeds_panel.runRequested, self.run_seeds), (w.seeds_panel.seedChosen, self.seed_chosen)):  # fmt: skip
+                             (w.seeds_panel.runRequested, self.run_seeds), (w.seeds_panel.seedChosen, self.seed_chosen),
+                             (w.tree_panel.nodeClicked, self.goto_node)):  # fmt: skip
             signal.connect(slot)
         self.picker.show_model(self.model)
         self.feed.use_token_bytes(self.model)
@@ -161,6 +164,14 @@ class Controller(QObject):
         self.window.seeds_panel.show_run(run, seconds, measure)
         self._set_status(self.window.seeds_panel.summary.text())
         self.seedsShown.emit(run)
+
+    def goto_node(self, node_id: int) -> None:
+        """A node of the Tree tab: its branch becomes the text (the worker puts it back; the view redraws)."""
+        if self.running or self._replaying is not None or not self.known.exists or self.trace_viewed is not None:
+            self._set_status("Busy: choose a branch once the model is free" if self.running else
+                             "No branches to go to here: generate or step first")  # fmt: skip
+            return
+        self.gotoNode.emit(node_id)
 
     def seed_chosen(self, seed: int) -> None:
         self.window.controls.seed.setValue(seed)
@@ -212,6 +223,7 @@ class Controller(QObject):
         self.feed.clear()
         self.window.token_view.show_session("", [])
         self.window.uncertainty_strip.clear_prompt()
+        self.window.tree_panel.clear()
         self.comparing.text_changed()  # no text: an open comparison is cleared until there is one
         self.window.chart.clear()
         self.window.stop_reason.setText("")

@@ -33,6 +33,7 @@ from .widgets.controls import Controls
 from .widgets.rules_panel import RulesPanel
 from .widgets.seeds_panel import SeedsPanel
 from .widgets.token_view import COLOUR_MODES, TokenView, legend_html
+from .widgets.tree_panel import TreePanel
 from .widgets.uncertainty_strip import UncertaintyStrip
 
 DEFAULT_PROMPT = "mia has a red ball."
@@ -63,6 +64,7 @@ class MainWindow(QMainWindow):
         self.legend.setWordWrap(True)  # the window can be narrow (1024 px)
         self.rules_panel = RulesPanel()
         self.seeds_panel = SeedsPanel()
+        self.tree_panel = TreePanel()
         self.insert_edit = QLineEdit(objectName="insertTextEdit")
         self.insert_edit.setPlaceholderText("Text to write into the model's output, as if it had said it")
         self.insert_button = QPushButton("Insert", objectName="insertButton")
@@ -148,6 +150,8 @@ class MainWindow(QMainWindow):
         )
         self.side_tabs.addTab(self.seeds_panel, "Seeds")
         self.side_tabs.setTabToolTip(2, "Many seeds from where the text is: what they write, how often")
+        self.side_tabs.addTab(self.tree_panel, "Tree")
+        self.side_tabs.setTabToolTip(3, "Every branch of the text: click a token to make its branch the text")
 
         left = QSplitter(Qt.Orientation.Vertical)
         left.addWidget(self.controls)

@@ -66,6 +66,8 @@ class GenerationWorker(QObject):
     compared = Signal(object, object)  # (engine.Comparison of the shown text, the second model: its name)
     compareFailed = Signal(str)  # why a comparison could not be made (the first model and its session stay)
     seedsRun = Signal(object, float)  # (engine.SeedRun from where the session is, seconds it took)
+    treeChanged = Signal(bool, object, object)  # (a new tree, its nodes since the last: (id, parent, token,
+    #                                              probability, source), the node of each step)
 
     def __init__(self, model):
         super().__init__()
@@ -77,6 +79,7 @@ class GenerationWorker(QObject):
         self._loaded_here = False  # a model this worker loaded is its own to close (a server's connections)
         self._generating = False
         self._prompt_unscored = False  # the session's prompt waits to be scored (once the worker is idle)
+        self._tree_sent: tuple[object, int, tuple] = (None, 0, ())  # (tree, nodes sent, path sent)
         self.second_model = None  # the model a comparison reads the text with, and the request that loaded it
         self._second_request: dict | None = None
         self._run_started = 0.0
@@ -398,6 +401,24 @@ class GenerationWorker(QObject):
             self.second_model, self._second_request = model, dict(wanted)
         self.compared.emit(comparison, model)
 
+    def _send_tree(self, session) -> None:
+        """The session's tree to the GUI: the nodes it has not had yet, and the active path, when either changed."""
+        tree, sent, path = self._tree_sent
+        new = tree is not session.tree
+        start = 1 if new else sent
+        nodes = session.tree.nodes
+        if not new and start == len(nodes) and tuple(session.path) == path:
+            return
+        added = [(n.id, n.parent, n.step.token, n.step.probability, n.step.source) for n in nodes[start:]]
+        self._tree_sent = (session.tree, len(nodes), tuple(session.path))
+        self.treeChanged.emit(new, added, list(session.path))
+
+    @Slot(int)
+    def goto(self, node_id: int) -> None:
+        """Put back the branch of the tree that ends at this node (Session.goto); the view redraws it. A text
+        that ended can still go to another branch."""
+        self._command(lambda session: session.goto(node_id), emit=True, rewound=True)
+
     @Slot(object)
     def run_seeds(self, request: dict) -> None:
         """request: {"count": N, "settings": the controls' settings}: seeds 0..N-1 continue the text from
@@ -469,6 +490,8 @@ class GenerationWorker(QObject):
         else:
             view = SessionView(self._handled, session.prompt, len(session.steps), session.stopped, self._generating)
         self.changed.emit(view)
+        if session is not None:
+            self._send_tree(session)
         if self._prompt_unscored and not self._generating and session is not None:
             QMetaObject.invokeMethod(self, "_score_prompt", Qt.ConnectionType.QueuedConnection)
 

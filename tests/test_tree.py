@@ -1,5 +1,5 @@
 """The tree of a session's branches (issue 16, the engine's part): a rewind keeps what it leaves, a different
-step makes a sibling, the very same step is the same node; goto puts a branch back as it was; the trace holds
+step makes a sibling, the very same step is the same token the same node; goto puts a branch back as it was; the trace holds
 every branch (schema 4) and replay checks every node, naming the first that differs with its branch; a tree
 with a dangling parent or a cycle is refused by load_trace, naming the node; schema-3 traces still replay."""
 
@@ -29,10 +29,10 @@ def test_a_rewind_keeps_the_branch_it_leaves(story_model):
     assert tree.path(leaf_a)[:4] == session.path[:4] and leaf_a not in session.path
     assert [tree.nodes[i].step for i in tree.path(leaf_a)] == a
     assert len(tree.children(session.path[3])) == 2  # the branch point: A's fifth step and B's first
-    assert [tree.nodes[i].step for i in session.path] == session.steps
+    assert [tree.nodes[i].step.token_id for i in session.path] == [step.token_id for step in session.steps]
 
 
-def test_the_same_step_again_is_the_same_node(story_model):
+def test_the_same_token_again_is_the_same_node(story_model):
     session = engine.Session(story_model, PROMPT, temperature=1.0, seed=3, max_new_tokens=60)
     for _ in range(5):
         session.step()
@@ -107,3 +107,16 @@ def test_a_schema_3_trace_opens_as_one_branch_and_replays(story_model):
     del old["tree"], old["path"]
     engine.validate_trace(old)
     assert engine.replay(old, story_model).identical
+
+
+def test_the_same_token_under_other_settings_is_one_branch(story_model):
+    """At T 1.0 and then T 1.2 with another seed the story model writes " mia" first (p ~0.999): one node, with
+    the first record; the branches part where the tokens do."""
+    session = engine.Session(story_model, PROMPT, temperature=1.0, seed=3, max_new_tokens=60)
+    first = session.step()
+    session.run()
+    session.rewind(len(session.steps))
+    session.update_settings(temperature=1.2, seed=8)
+    again = session.step()
+    assert again.token_id == first.token_id and again.draw != first.draw
+    assert len(session.tree.children(0)) == 1 and session.tree.nodes[session.path[0]].step == first

@@ -2,7 +2,8 @@
 
 A node is one step under its parent (the root is the prompt). The session's steps are always one path of
 the tree, from the root down (`Session.path`); a rewind moves up it, and a step taken from there is a new
-child, or the same node again where it is the very same step (the same record: same token, same numbers).
+child, or the same node again where it is the same token (the same text is one branch; the node keeps the
+record and state it was first made with, which goto puts back).
 A node keeps what the session needs to stand after its step again (`Session.goto`): the random draws
 taken before and after it, token healing's state, and the settings epoch it was taken under.
 
@@ -36,9 +37,10 @@ class Tree:
         return list(self._children[node_id])
 
     def add(self, parent: int, step: Step, **state) -> int:
-        """The node of this step under `parent`: the existing child with the same record, or a new one."""
+        """The node of this step under `parent`: the existing child with the same token (the same text: one
+        branch, as a loom shows it; it keeps its first record and state), or a new one."""
         for child in self._children[parent]:
-            if self.nodes[child].step == step:
+            if self.nodes[child].step.token_id == step.token_id:
                 return child
         node = Node(len(self.nodes), parent, step, **state)
         self.nodes.append(node)
