@@ -326,8 +326,7 @@ class GenerationWorker(QObject):
         try:
             result = self.session.score_prompt()  # cached by the session
         except Exception as error:  # noqa: BLE001 - the strip says why; no dialog, the session goes on
-            why = str(error) if isinstance(error, ValueError) else f"{type(error).__name__}: {error}"
-            self.promptScored.emit(None, why)
+            self.promptScored.emit(None, _readable(error))
             return
         self.promptScored.emit(result, "")
 

@@ -43,22 +43,31 @@ class LocalContext:
 
     # --- the contract ------------------------------------------------------------------------------------
     def candidates(self, ids, text, settings, prefix: bytes | None = None) -> Candidates:
-        maker = self._maker_for(settings)
-        return maker.candidates(maker.distributions(self._scores(ids), self._given(ids, settings, None, prefix)))
+        return self._maker_for(settings).candidates(self.distributions(ids, settings, None, prefix))
 
     def sample(self, ids, text, settings, random, stream=False, remaining=0, prefix=None) -> tuple[Step, bool]:
         """prefix: token healing's bytes still to spell (the step must keep to them)."""
-        maker = self._maker_for(settings)
-        scores = self._scores(ids)
+        return self.drawn(ids, settings, random, prefix), False
+
+    def distributions(self, ids, settings, xtc_draw: float | None = None, prefix: bytes | None = None):
+        """The raw row at position len(ids) and the row after every stage of the chain (StepMaker's)."""
+        return self._maker_for(settings).distributions(self._scores(ids), self._given(ids, settings, xtc_draw, prefix))
+
+    def drawn(self, ids, settings, random, prefix: bytes | None = None, dists=None) -> Step:
+        """The model's step at position len(ids), drawn as every sampled step is: XTC's chance first (while XTC
+        is on), then the token's own draw (none at temperature 0: the best left, the lowest id of ties).
+        dists: the distributions, where the caller has them and XTC is off (many seeds at one node)."""
         xtc_draw = random() if settings.active("xtc") else None  # XTC's chance, before the token's own draw
-        dists = maker.distributions(scores, self._given(ids, settings, xtc_draw, prefix))
+        if dists is None or xtc_draw is not None:
+            dists = self.distributions(ids, settings, xtc_draw, prefix)
         if settings.temperature == 0:
-            token_id, u = dists.final.best(), None  # the best left: highest score, lowest id
+            token_id, u = dists.final.best(), None
         else:
             u = random()
             token_id = dists.final.draw(u)
         healing = None if prefix is None else prefix.decode("utf-8", errors="replace")
-        return maker.make(scores, token_id, "model", dists, u, xtc_draw=xtc_draw, healing=healing), False
+        maker = self._maker_for(settings)
+        return maker.make(self._scores(ids), token_id, "model", dists, u, xtc_draw=xtc_draw, healing=healing)
 
     def force(self, ids, text, token_ids, source, settings, options=None) -> list[Step]:
         """One batched forward over the new positions: the last new token is not fed yet."""

@@ -20,6 +20,7 @@ and a server serving its file), each token is compared directly too:
     Comparison.note            why a comparison is missing ("" when none is)
 """
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -137,8 +138,12 @@ def _side_by_side(first_model, second_model, text, ids) -> tuple[ScoreResult, Sc
 
 def _same_vocabulary(first_model, second_model) -> bool:
     """Whether every token id spells the same bytes in both (so a distribution over one is over the other)."""
-    a, b = first_model.tokenizer, second_model.tokenizer
-    return a is b or all(a.token_bytes(i) == b.token_bytes(i) for i in range(first_model.vocab_size))
+    return _same_bytes(first_model.tokenizer, second_model.tokenizer, first_model.vocab_size)
+
+
+@functools.lru_cache(maxsize=8)  # the window compares again after every change: read 262,144 tokens once
+def _same_bytes(a, b, size: int) -> bool:
+    return a is b or all(a.token_bytes(i) == b.token_bytes(i) for i in range(size))
 
 
 def _leading_specials(model, ids, data: bytes) -> int:

@@ -72,7 +72,6 @@ def run_seeds(context, model, ids: list[int], text: str, settings: Settings, see
     nodes: list[SeedNode] = [SeedNode(0, None, None, "", len(seeds))]
     steps: dict[int, list[Step]] = {seed: [] for seed in seeds}
     streams = {seed: stream_of(seed) for seed in seeds}
-    maker = context._maker_for(settings)
 
     def visit(path: list[int], node_id: int, here: list[int]) -> list[tuple]:  # -> the children to visit
         depth = len(path) - start
@@ -80,21 +79,14 @@ def run_seeds(context, model, ids: list[int], text: str, settings: Settings, see
             return []
         if depth:
             context.truncate(len(path) - 1)  # the cache holds the parent's path: a sibling's tokens go
-        scores = context._scores(path)  # one token fed, the path's last, as a session feeds it
-        xtc = settings.active("xtc")  # XTC's draw changes the chain per seed; else one chain per node
-        shared = None if xtc else maker.distributions(scores, context._given(path, settings))
+        # one token fed (the path's last, as a session feeds it); one chain for all the seeds here, unless
+        # XTC's draw makes each seed's chain its own
+        shared = None if settings.active("xtc") else context.distributions(path, settings)
         drawn: dict[int, list[int]] = {}
         for seed in here:
-            stream = streams[seed]
-            xtc_draw = stream.random() if xtc else None  # as LocalContext.sample draws: XTC's chance first
-            dists = shared or maker.distributions(scores, context._given(path, settings, xtc_draw))
-            if settings.temperature == 0:
-                token_id, u = dists.final.best(), None
-            else:
-                u = stream.random()
-                token_id = dists.final.draw(u)
-            steps[seed].append(maker.make(scores, token_id, "model", dists, u, xtc_draw=xtc_draw))
-            drawn.setdefault(token_id, []).append(seed)
+            step = context.drawn(path, settings, streams[seed].random, dists=shared)  # as LocalContext.sample
+            steps[seed].append(step)
+            drawn.setdefault(step.token_id, []).append(seed)
         children = []
         for token_id in sorted(drawn):
             group = drawn[token_id]

@@ -333,13 +333,7 @@ class Session:
         for node in nodes:
             if node.epoch is not self._epochs[-1]:
                 self._epochs.append(node.epoch)
-            self.steps.append(node.step)
-            self.path.append(node.id)
-            self._text_lengths.append(len(self.text))
-            self._draws_before.append(node.draws_before)
-            self._healing_before.append(node.healing_before)
-            self.ids.append(node.step.token_id)
-            self.text += node.step.token
+            self._push(node.step, node.id, node.draws_before, node.healing_before)
         self._healing = nodes[-1].healing_after
         self._enter_epoch(self._epochs[-1], nodes[-1].draws_after)
         self._returned = len(self.steps)
@@ -385,21 +379,32 @@ class Session:
     def _append(self, steps: list[Step]) -> list[Step]:
         draws = self._draws  # a sampled step counts its own draw once it exists (in _sample)
         for step in steps:
-            self.steps.append(step)
-            self._text_lengths.append(len(self.text))
-            self._draws_before.append(draws)
             healing_before = self._healing
-            self._healing_before.append(healing_before)
-            if self._healing is not None:
-                self._healing = self._healer().advance(self._healing, step.token_id)
-            self.ids.append(step.token_id)
-            self.text += step.token
+            if healing_before is not None:
+                self._healing = self._healer().advance(healing_before, step.token_id)
             after = draws + (step.draw is not None) + (step.xtc_draw is not None)
-            self.path.append(self.tree.add(self.path[-1] if self.path else 0, step, draws_before=draws,
-                                           draws_after=after, healing_before=healing_before,
-                                           healing_after=self._healing, epoch=self._epochs[-1]))  # fmt: skip
+            node = self.tree.add(
+                self.path[-1] if self.path else 0,
+                step,
+                draws_before=draws,
+                draws_after=after,
+                healing_before=healing_before,
+                healing_after=self._healing,
+                epoch=self._epochs[-1],
+            )
+            self._push(step, node, draws, healing_before)
             draws = after
         return steps
+
+    def _push(self, step: Step, node: int, draws_before: int, healing_before: bytes | None) -> None:
+        """One step onto the text, with what a rewind to before it needs (shared by _append and goto)."""
+        self.steps.append(step)
+        self.path.append(node)
+        self._text_lengths.append(len(self.text))
+        self._draws_before.append(draws_before)
+        self._healing_before.append(healing_before)
+        self.ids.append(step.token_id)
+        self.text += step.token
 
     def _handed_to_caller(self, steps: list[Step]) -> list[Step]:
         self._returned = len(self.steps)  # the caller has them; step() must not hand them out again
