@@ -4,6 +4,7 @@ from engine.core import __version__
 from engine.core.checks import UnknownCharacterError
 from engine.core.compare import Comparison, compare
 from engine.core.contract import Backend, Capabilities, Context
+from engine.core.expand import MAX_EXPANSION, ExpandResult
 from engine.core.replay import ReplayReport, replay, replay_session
 from engine.core.rules import CommandTool, Rule
 from engine.core.sampling import STAGE_NAMES, next_token_probs
@@ -20,8 +21,8 @@ from engine.story.corpus import story_measure
 from engine.story.model import Config, StoryModel
 
 __all__ = [
-    "LLAMA_CPP_ORDER", "MAX_SEED", "MAX_SEEDS", "MAX_TEMPERATURE", "SAMPLERS", "STAGE_NAMES", "TOP_CANDIDATES", "Backend", "Candidates", "Capabilities", "Comparison",
-    "Context", "CommandTool", "Config", "FoundModel", "GenerationResult", "ReplayReport", "Rule", "ScoreResult", "SeedRun", "Session",
+    "LLAMA_CPP_ORDER", "MAX_EXPANSION", "MAX_SEED", "MAX_SEEDS", "MAX_TEMPERATURE", "SAMPLERS", "STAGE_NAMES", "TOP_CANDIDATES", "Backend", "Candidates", "Capabilities", "Comparison",
+    "Context", "CommandTool", "Config", "ExpandResult", "FoundModel", "GenerationResult", "ReplayReport", "Rule", "ScoreResult", "SeedRun", "Session",
     "Settings", "Step", "StoryModel", "UnknownCharacterError", "compare", "generate", "load_model", "load_trace",
     "next_token_probs", "find_models", "replay", "replay_session", "resources_dir", "save_trace", "score",
     "smollm2_path", "story_measure", "validate_trace", "__version__",

@@ -397,6 +397,10 @@ def test_a_trace_of_every_kind_of_action_replays_bit_for_bit_in_the_same_chunks(
     session.run()
     session.goto(left)  # that branch back, as it was
     session.run()
+    grown = session.expand(top_k=2, depth=2, budget=6, raw=True)
+    session.name_branch(grown.nodes[0], "first")
+    session.pin_branch(grown.nodes[0])
+    session.delete_branch(grown.nodes[1])
     trace = session.trace()
     assert {a["kind"] for a in trace["actions"]} == ACTION_KINDS - {"stream"} and seen
     engine.save_trace(trace, tmp_path / "trace.json")

@@ -1,6 +1,7 @@
 """Replay: a trace's action log repeated on a fresh session, every step compared with the recorded one.
 
-Replay repeats the log (sample, stream, force, insert, choose, rewind, settings) on a session of the same
+Replay repeats the log (sample, stream, force, insert, choose, rewind, settings, and the tree's goto,
+expand, delete, name, pin) on a session of the same
 starting settings, so the forward passes run in the same chunks and the steps come out bit for bit the
 same on the same machine. It runs no rule and no tool: what they inserted is in the log.
 """
@@ -74,7 +75,7 @@ def replay_session(trace: dict, model):
             break
     as_recorded = {SCHEMA_V1: Step.to_v1_dict, SCHEMA_V2: Step.to_v2_dict}.get(trace["schema"], Step.to_dict)
     report = _compare(trace["steps"], [as_recorded(step) for step in session.steps], notes)
-    if report.identical and "tree" in trace:
+    if report.identical and "tree" in trace and trace.get("branches", "all") == "all":
         nodes = len(trace["tree"]["nodes"]) - 1
         report = _compare_tree(trace["tree"]["nodes"], session, notes) or ReplayReport(
             True, report.steps, None, report.notes, nodes
@@ -111,8 +112,8 @@ def _compare_tree(recorded: list[dict], session, notes) -> ReplayReport | None:
     for node in recorded[1:]:
         index = node["id"]
         new = replayed[index] if index < len(replayed) else None
-        mine = None if new is None else {"parent": new.parent, "step": new.step.to_dict()}
-        if mine != {"parent": node["parent"], "step": node["step"]}:
+        mine = None if new is None else {"parent": new.parent, "step": new.step.to_dict(), **session.tree.marks(index)}
+        if mine != {key: value for key, value in node.items() if key != "id"}:
             branch = [index]
             while recorded[branch[0]]["parent"]:
                 branch.insert(0, recorded[branch[0]]["parent"])
@@ -163,5 +164,15 @@ def _perform(session, action: dict) -> None:
         pass  # replay runs no rule: what the rules inserted follows in the log as insert / choose actions
     elif kind == "goto":
         session.goto(action["node"])
+    elif kind == "expand":
+        from engine.core.expand import Expansion
+
+        session.expand(**{key: action[key] for key in Expansion.__dataclass_fields__})
+    elif kind == "delete":
+        session.delete_branch(action["node"])
+    elif kind == "name":
+        session.name_branch(action["node"], action["name"])
+    elif kind == "pin":
+        session.pin_branch(action["node"], action["pinned"])
     else:
         session.rewind(action["n"])

@@ -15,9 +15,10 @@ import numpy as np
 from engine.core.healing import healer_for
 from engine.core.rules import Rule
 from engine.core.settings import Settings
-from engine.core.steps import SOURCES, Candidates, Step
+from engine.core.steps import Candidates, Step
 from engine.core.tree import Tree
 
+INSERTED = ("forced", "rule", "tool")  # the sources of inserted text
 NO_HEALING = "token healing needs a backend the engine samples for (a server samples itself): set heal=False"
 
 
@@ -218,6 +219,70 @@ class Session:
 
         return run_seeds(self._context, self.model, list(self.ids), self.text, settings, seeds, limit, stream_of)
 
+    def expand(self, top_k=3, coverage=None, depth=3, budget=200, raw=False, progress=None, cancelled=None):
+        """Grow the tree below where the text is (engine/core/expand.py): each node's top_k most probable next
+        tokens, or those holding `coverage` of its probability, level by level down to `depth`, at most
+        `budget` new nodes, under the chain's final probabilities or the raw model's (raw=True). The new nodes
+        are marked expanded until the text goes through them (goto); the text itself does not change.
+        progress(nodes, expected) and cancelled() -> True (Cancel keeps the finished levels) are for the
+        window. Logged with the levels finished, so replay makes the same nodes. -> ExpandResult."""
+        from engine.core.expand import Expansion, expand
+
+        expansion = Expansion(top_k, coverage, depth, budget, raw)  # validates
+        if not self.model.capabilities.full_distribution:
+            raise ValueError("expanding the tree needs every token's score: a server gives only its top few")
+        room = self.model.context_length - len(self.ids)
+        if depth > room:
+            raise ValueError(f"depth {depth} goes past the context: {room} of the model's "
+                             f"{self.model.context_length} positions are left after the text")  # fmt: skip
+        if self.steps and self.ids[-1] in self.model.end_token_ids or self._ended_at == len(self.steps):
+            raise ValueError("the text has ended here: expand from a node before its end")
+        if self.settings.grammar is not None:
+            raise ValueError("expansion does not follow a grammar: clear the grammar first")
+        if self._healing is not None:
+            raise ValueError("token healing is still spelling the end of the text: take a step first")
+        if not raw and self.settings.active("xtc"):
+            raise ValueError("XTC removes tokens at random: expand under the raw model, or turn XTC off")
+        self.interrupt()
+        state = {"draws_before": self._draws, "draws_after": self._draws, "epoch": self._epochs[-1]}
+
+        def add(parent: int, step: Step) -> int:  # walking into the node later stands where the text is now
+            return self.tree.add(parent, step, expanded=True, raw=raw, **state)
+
+        start = self.path[-1] if self.path else 0
+        result = expand(self._context, self.model, list(self.ids), start, self.settings, expansion, add,
+                        progress, cancelled)  # fmt: skip
+        if result.levels:
+            self._log({"kind": "expand", **expansion.to_dict(), "depth": result.levels})
+        return result
+
+    # --- the tree ----------------------------------------------------------------------------------
+    def delete_branch(self, node_id) -> None:
+        """Delete the branch from this node of the tree down (not the one the text is on, nor one holding a
+        pinned node: ValueError, nothing changes). Logged."""
+        self.tree.delete(node_id, self.path)
+        self._log({"kind": "delete", "node": node_id})
+
+    def name_branch(self, node_id, name) -> None:
+        """Name the branch that ends at this node ("" takes the name away). Logged."""
+        self.tree.name(node_id, name)
+        self._log({"kind": "name", "node": node_id, "name": name})
+
+    def pin_branch(self, node_id, pinned=True) -> None:
+        """Pin (or unpin) a node: a branch holding a pinned node cannot be deleted. Logged."""
+        self.tree.pin(node_id, pinned)
+        self._log({"kind": "pin", "node": node_id, "pinned": pinned})
+
+    def compare_branches(self, a, b):
+        """Two branches of the tree from where they part -> (the text up to there, a's steps after it, b's)."""
+        path_a, path_b = self.tree.path(a), self.tree.path(b)
+        common = 0
+        while common < min(len(path_a), len(path_b)) and path_a[common] == path_b[common]:
+            common += 1
+        steps = [self.tree.nodes[i].step for i in path_a]
+        prefix = self.prompt_text + "".join(step.token for step in steps[:common])
+        return prefix, steps[common:], [self.tree.nodes[i].step for i in path_b[common:]]
+
     # --- steering --------------------------------------------------------------------------------
     def force_token(self, token_id) -> None:
         """The next step takes this token, whatever its probability (replacing an earlier force)."""
@@ -234,7 +299,7 @@ class Session:
 
     def insert_tokens(self, token_ids, source="forced") -> list[Step]:
         """insert_text for token ids (replay uses it: a trace records the ids that were inserted)."""
-        if source not in SOURCES or source == "model":
+        if source not in INSERTED:
             raise ValueError(f"an inserted token's source must be 'forced', 'rule' or 'tool', got {source!r}")
         if not isinstance(token_ids, (list, tuple, np.ndarray)) or len(token_ids) == 0:
             raise ValueError(f"token ids must be a non-empty list of ints, got {token_ids!r:.60}")
@@ -361,11 +426,12 @@ class Session:
     def result(self) -> "GenerationResult":
         return GenerationResult(self.text, list(self.steps), self.stopped, self.settings)
 
-    def trace(self) -> dict:
-        """The whole run as JSON-ready data (schema in engine/core/trace.py); replay() repeats it."""
+    def trace(self, branches: str = "all") -> dict:
+        """The whole run as JSON-ready data (schema in engine/core/trace.py); replay() repeats it. branches:
+        "all" (the whole tree) or "active" (only the branch the text is on; the log still replays whole)."""
         from engine.core.trace import session_trace
 
-        return session_trace(self)
+        return session_trace(self, branches)
 
     # --- internals ---------------------------------------------------------------------------------
     def _enter_epoch(self, epoch: "Epoch", draws: int) -> None:
@@ -400,6 +466,7 @@ class Session:
         """One step onto the text, with what a rewind to before it needs (shared by _append and goto)."""
         self.steps.append(step)
         self.path.append(node)
+        self.tree.walked(node)
         self._text_lengths.append(len(self.text))
         self._draws_before.append(draws_before)
         self._healing_before.append(healing_before)

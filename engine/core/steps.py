@@ -9,7 +9,7 @@ from engine.core.sampling import NO_INPUT, ChainInput, Row, chain, run_chain, so
 from engine.core.settings import CONTRACT_ORDER, Settings
 
 TOP_CANDIDATES = 20  # candidates kept per step: the chart's bars
-SOURCES = ("model", "forced", "rule", "tool")
+SOURCES = ("model", "forced", "rule", "tool", "expanded")  # expanded: chosen by a tree expansion, not drawn
 # what trace schema 3 added to a step (absent from older traces)
 CONTRACT_STAGES = set(CONTRACT_ORDER)
 V3_STEP_FIELDS = ("stage_ranks", "xtc_draw", "healing", "entropy", "final_entropy", "surprisal", "margin")
@@ -85,7 +85,7 @@ class Step:
     token: str  # the chosen token's text
     token_id: int  # -1: a server reported the token by its text only
     probability: float | None  # in the distribution it was drawn from; None: unknown (outside a server's top N)
-    source: str  # "model", "forced", "rule" or "tool"
+    source: str  # "model", "forced", "rule", "tool" or "expanded"
     model_probability: float | None  # in the model's raw softmax, temperature 1, before any filter
     model_rank: int  # 1 = the model's most likely token; 0 = unknown (outside a server's top N)
     model_choice: str  # the token greedy decoding would have picked

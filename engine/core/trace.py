@@ -12,7 +12,9 @@ same.
      "path": [the node of each step], "text", "stopped", "events"}
 
 "tree" holds every branch the session took (engine/core/tree.py): nodes with an id and a parent id, each with
-its step; "path" the active branch. A "goto" action puts another branch back. Schema 3 had no tree: it opens
+its step; "path" the active branch. A "goto" action puts another branch back; "expand" grows the tree
+(engine/core/expand.py); "delete", "name" and "pin" edit it. "branches": "active" marks a trace exported with
+the active branch alone (its tree is that one path, numbered 1..n; the action log is whole and replays). Schema 3 had no tree: it opens
 as one branch (its steps).
 
 A step's "candidates" are {"token_ids", "tokens", "raw", "stages": {stage name: probabilities}, "removed_by":
@@ -42,10 +44,15 @@ SCHEMA_V3 = (
 SCHEMA_V2 = "token-playground/trace/2"  # a step's candidates hold every stage by name: still opens and replays
 SCHEMA_V1 = "token-playground/trace/1"  # fixed stage fields (temperature, top_k, final): still opens and replays
 SCHEMAS = (SCHEMA, SCHEMA_V3, SCHEMA_V2, SCHEMA_V1)
-ACTION_KINDS = {"sample", "stream", "force", "insert", "choose", "rewind", "goto", "settings", "rules"}
+ACTION_KINDS = {"sample", "stream", "force", "insert", "choose", "rewind", "goto", "settings", "rules", "expand",
+                "delete", "name", "pin"}  # fmt: skip
+BRANCHES = ("all", "active")  # a trace's tree: every branch, or only the one the text is on
 
 
-def session_trace(session) -> dict:
+def session_trace(session, branches: str = "all") -> dict:
+    if branches not in BRANCHES:
+        raise ValueError(f"branches must be one of {BRANCHES}, got {branches!r:.40}")
+    active = branches == "active"
     return {
         "schema": SCHEMA,
         "engine_version": __version__,
@@ -58,8 +65,9 @@ def session_trace(session) -> dict:
         "rules": [rule.describe() for rule in session.initial_rules],
         "actions": json.loads(json.dumps(session.actions)),  # a deep copy of plain data
         "steps": [step.to_dict() for step in session.steps],
-        "tree": session.tree.to_dict(),
-        "path": list(session.path),
+        "branches": branches,
+        "tree": session.tree.to_dict(only=session.path if active else None),
+        "path": list(range(1, len(session.path) + 1)) if active else list(session.path),
         "text": session.text,
         "stopped": session.stopped,
         "events": list(session.events),
@@ -135,6 +143,12 @@ def validate_trace(trace) -> None:
             )
         ):
             raise ValueError("trace field 'path' must hold a node of the tree for each step")
+        if trace.get("branches", "all") not in BRANCHES:
+            raise ValueError(f"trace field 'branches' must be one of {BRANCHES}, got {trace['branches']!r:.40}")
+        if trace.get("branches") == "active" and (
+            len(trace["tree"]["nodes"]) != len(path) + 1 or path != list(range(1, len(path) + 1))
+        ):
+            raise ValueError("trace field 'tree': a trace of the active branch holds that branch alone")
     prompt_text = trace.get("prompt_text", trace["prompt"])  # schema 3: the prompt less what healing cut
     if not isinstance(prompt_text, str) or not trace["prompt"].startswith(prompt_text):
         raise ValueError("trace field 'prompt_text' must be the prompt or a start of it")
@@ -166,6 +180,19 @@ def _check_action(index, action) -> None:
         raise ValueError(f"{where}: a rewind needs a positive int 'n'")
     if kind == "goto" and not (ints([action.get("node")]) and action["node"] >= 0):
         raise ValueError(f"{where}: a goto needs an int 'node' >= 0")
+    if kind in ("delete", "name", "pin") and not (ints([action.get("node")]) and action["node"] >= 1):
+        raise ValueError(f"{where}: a {kind} needs an int 'node' >= 1")
+    if kind == "name" and not isinstance(action.get("name"), str):
+        raise ValueError(f"{where}: a name needs a string 'name'")
+    if kind == "pin" and not isinstance(action.get("pinned"), bool):
+        raise ValueError(f"{where}: a pin needs 'pinned' true or false")
+    if kind == "expand":
+        from engine.core.expand import Expansion
+
+        try:
+            Expansion(**{key: action.get(key) for key in Expansion.__dataclass_fields__})
+        except ValueError as error:
+            raise ValueError(f"{where}: expand: {error}") from None
     if kind == "stream" and not (ints([action.get("n")]) and action["n"] >= 0):
         raise ValueError(f"{where}: a stream needs an int 'n' >= 0 (the tokens it gave)")
     if kind == "rules":

@@ -7,13 +7,21 @@ record and state it was first made with, which goto puts back).
 A node keeps what the session needs to stand after its step again (`Session.goto`): the random draws
 taken before and after it, token healing's state, and the settings epoch it was taken under.
 
+Besides the steps, a tree holds what a person made of it: a branch's name, pins (a pinned branch cannot be
+deleted), deleted nodes (their ids stay: the action log names nodes by id), and the nodes an expansion
+(engine/core/expand.py) added that nobody has walked into yet.
+
 In a trace (schema 4) the tree is `"tree": {"nodes": [{"id", "parent", "step"}...]}`, node 0 the root with
-no parent and no step, each parent an earlier node.
+no parent and no step, each parent an earlier node; a node may also hold "name" (text), and "pinned",
+"expanded", "raw" (an expansion weighed it by the raw model) and "deleted" (true).
 """
 
 from dataclasses import dataclass, replace
 
 from engine.core.steps import Step
+
+MAX_NAME = 200  # characters in a branch's name
+MARKS = {"pinned": bool, "expanded": bool, "raw": bool, "deleted": bool, "name": str}  # a trace node's optional keys
 
 
 @dataclass(frozen=True, eq=False)
@@ -28,17 +36,39 @@ class Node:
     epoch: object = None  # the session's settings epoch the step was taken under
 
 
+@dataclass(frozen=True)
+class NodeView:
+    """One node as the window draws it (an immutable snapshot the worker sends)."""
+
+    id: int
+    parent: int | None
+    token: str
+    probability: float  # the chain's final probability of the step; the raw model's where an expansion weighed by it
+    source: str  # the step's: "model", "forced", "rule", "tool" or "expanded"
+    name: str = ""
+    pinned: bool = False
+    expanded: bool = False  # added by an expansion, not walked into yet
+    deleted: bool = False
+
+
 class Tree:
     def __init__(self):
         self.nodes: list[Node] = [Node(0, None, None)]
         self._children: dict[int, list[int]] = {0: []}
+        self.names: dict[int, str] = {}
+        self.pinned: set[int] = set()
+        self.expanded: set[int] = set()  # made by an expansion, until a person walks into it
+        self.raw: set[int] = set()  # expanded nodes weighed by the raw model (kept after they are walked into)
+        self.deleted: set[int] = set()
+        self.touched: list[int] = []  # every node made or changed, in order (the window asks what is new)
 
     def children(self, node_id: int) -> list[int]:
         return list(self._children[node_id])
 
-    def add(self, parent: int, step: Step, **state) -> int:
+    def add(self, parent: int, step: Step, expanded: bool = False, raw: bool = False, **state) -> int:
         """The node of this step under `parent`: the existing child with the same token (the same text: one
-        branch, as a loom shows it; it keeps its first record and state), or a new one."""
+        branch, as a loom shows it; it keeps its first record and state), or a new one. expanded: made by an
+        expansion (raw: that weighed it by the raw model), marked until someone walks into it."""
         for child in self._children[parent]:
             if self.nodes[child].step.token_id == step.token_id:
                 return child
@@ -46,30 +76,124 @@ class Tree:
         self.nodes.append(node)
         self._children[parent].append(node.id)
         self._children[node.id] = []
+        if expanded:
+            self.expanded.add(node.id)
+            if raw:
+                self.raw.add(node.id)
+        self.touched.append(node.id)
         return node.id
 
     def replace_step(self, node_id: int, step: Step) -> None:
         """A node's record completed later (a server's streamed step, once its token id is known)."""
         self.nodes[node_id] = replace(self.nodes[node_id], step=step)
+        self.touched.append(node_id)
+
+    def walked(self, node_id: int) -> None:
+        """A person's text went through this node: it is no longer an unvisited expansion."""
+        if node_id in self.expanded:
+            self.expanded.discard(node_id)
+            self.touched.append(node_id)
 
     def path(self, node_id) -> list[int]:
         """The nodes from the root's child down to this node (the steps of its branch, in order)."""
-        if not isinstance(node_id, int) or isinstance(node_id, bool) or not 0 <= node_id < len(self.nodes):
-            raise ValueError(f"no node {node_id!r} in the tree: its nodes are 0 to {len(self.nodes) - 1}")
+        self.check(node_id)
         path = []
         while node_id != 0:
             path.append(node_id)
             node_id = self.nodes[node_id].parent
         return path[::-1]
 
-    def to_dict(self) -> dict:
-        return {"nodes": [{"id": n.id, "parent": n.parent, "step": None if n.step is None else n.step.to_dict()}
-                          for n in self.nodes]}  # fmt: skip
+    def check(self, node_id) -> None:
+        if not isinstance(node_id, int) or isinstance(node_id, bool) or not 0 <= node_id < len(self.nodes):
+            raise ValueError(f"no node {node_id!r} in the tree: its nodes are 0 to {len(self.nodes) - 1}")
+        if node_id in self.deleted:
+            raise ValueError(f"node {node_id} was deleted")
+
+    def subtree(self, node_id: int) -> list[int]:
+        """The node and every node under it, parents first."""
+        found, pending = [], [node_id]
+        while pending:
+            found.append(pending.pop())
+            pending.extend(reversed(self._children[found[-1]]))
+        return found
+
+    # --- what a person makes of it (each checked first: a refusal changes nothing) --------------------
+    def delete(self, node_id, active: list[int]) -> list[int]:
+        """Delete the branch from this node down -> the nodes deleted. Refused for the root, a node of the
+        active branch (`active`: the session's path) and a branch holding a pinned node."""
+        self.check(node_id)
+        if node_id == 0:
+            raise ValueError("the prompt is the root of every branch: it cannot be deleted")
+        if node_id in active:
+            raise ValueError(f"node {node_id} is on the branch the text is on: go to another branch first")
+        gone = self.subtree(node_id)
+        pinned = next((n for n in gone if n in self.pinned), None)
+        if pinned is not None:
+            raise ValueError(f"the branch holds pinned node {pinned}: unpin it first")
+        self._children[self.nodes[node_id].parent].remove(node_id)
+        for n in gone:
+            self.deleted.add(n)
+            self.names.pop(n, None)
+            self.expanded.discard(n)
+            self.touched.append(n)
+        return gone
+
+    def name(self, node_id, name) -> None:
+        """Name the branch that ends at this node ("" takes the name away)."""
+        self.check(node_id)
+        if not isinstance(name, str) or len(name) > MAX_NAME or any(c in name for c in "\n\r\t"):
+            raise ValueError(f"a branch's name must be one line of at most {MAX_NAME} characters, got {name!r:.60}")
+        if node_id == 0:
+            raise ValueError("the prompt is the root of every branch: name a node under it")
+        if name:
+            self.names[node_id] = name
+        else:
+            self.names.pop(node_id, None)
+        self.touched.append(node_id)
+
+    def pin(self, node_id, pinned) -> None:
+        """Pin a node (its branch cannot be deleted) or unpin it."""
+        self.check(node_id)
+        if not isinstance(pinned, bool):
+            raise ValueError(f"pinned must be True or False, got {pinned!r:.40}")
+        if node_id == 0:
+            raise ValueError("the prompt is the root of every branch: pin a node under it")
+        (self.pinned.add if pinned else self.pinned.discard)(node_id)
+        self.touched.append(node_id)
+
+    # --- views -------------------------------------------------------------------------------------
+    def view(self, node_id: int) -> NodeView:
+        node = self.nodes[node_id]
+        if node.step is None:
+            return NodeView(0, None, "", 1.0, "prompt")
+        raw = node_id in self.raw
+        return NodeView(node_id, node.parent, node.step.token,
+                        node.step.model_probability if raw else node.step.probability, node.step.source,
+                        self.names.get(node_id, ""), node_id in self.pinned, node_id in self.expanded,
+                        node_id in self.deleted)  # fmt: skip
+
+    def marks(self, node_id: int) -> dict:
+        """A node's optional trace keys (MARKS) where set."""
+        marks = {"name": self.names.get(node_id, ""), "pinned": node_id in self.pinned,
+                 "expanded": node_id in self.expanded, "raw": node_id in self.raw, "deleted": node_id in self.deleted}  # fmt: skip
+        return {key: value for key, value in marks.items() if value}
+
+    def to_dict(self, only: list[int] | None = None) -> dict:
+        """Every node; or only these (a path from the root's child down: exported as the one branch it is,
+        numbered 1.. in order)."""
+        if only is None:
+            return {"nodes": [{"id": n.id, "parent": n.parent, "step": None if n.step is None else n.step.to_dict(),
+                               **self.marks(n.id)} for n in self.nodes]}  # fmt: skip
+        nodes = [{"id": 0, "parent": None, "step": None}]
+        for index, node_id in enumerate(only, start=1):
+            marks = {k: v for k, v in self.marks(node_id).items() if k in ("name", "pinned")}
+            nodes.append({"id": index, "parent": index - 1, "step": self.nodes[node_id].step.to_dict(), **marks})
+        return {"nodes": nodes}
 
 
 def check_tree(tree) -> None:
     """A trace's tree: ValueError naming the first bad node (a parent that is not an earlier node, which also
-    rules out cycles; a step that is not a step record)."""
+    rules out cycles; a step that is not a step record; a mark of the wrong kind)."""
     if not isinstance(tree, dict) or not isinstance(tree.get("nodes"), list) or not tree["nodes"]:
         raise ValueError("trace field 'tree' must be an object with a non-empty list 'nodes'")
     for index, node in enumerate(tree["nodes"]):
@@ -85,6 +209,9 @@ def check_tree(tree) -> None:
             raise ValueError(f"{where}: its parent {parent!r:.40} is not a node of the tree")
         if parent >= index:
             raise ValueError(f"{where}: its parent {parent} does not come before it (a cycle, or nodes out of order)")
+        for key, kind in MARKS.items():
+            if key in node and not isinstance(node[key], kind):
+                raise ValueError(f"{where}: {key!r} must be a {kind.__name__}, got {node[key]!r:.40}")
         try:
             Step.from_dict(node.get("step"))
         except ValueError as error:

@@ -1,0 +1,165 @@
+"""Expanding the tree: from where the text is, the most probable continuations, level by level.
+
+Every node of a level gets its children: its top_k most probable next tokens, or as many as it takes to
+hold `coverage` of its probability (both: whichever stops first), under the chain's final probabilities or
+the raw model's (`raw`). Then the next level, down to `depth`, until the `budget` of nodes is spent: where
+a level's children would overrun it, its most probable sequences are kept (ties: the order they were made).
+A child that ends the text (an end token) or fills the context gets no children.
+
+Breadth first, so a budget spends itself on the likeliest near continuations rather than on one deep
+line. Within a level the nodes are visited in the tree's order, so the next one shares all but its last
+token or two with the cache: the cache is truncated to the shared prefix (O(1)) and only the new tokens
+are fed, in one pass. Each node's children are read from its one row of scores, as a forced step's record
+is (engine/backends/local.py `alternatives`); nothing is drawn, so expanding uses no random draw.
+
+A level joins the tree only once it is complete: Cancel keeps the finished levels, and the session logs
+the expansion with the levels it finished, so replay makes the very same nodes.
+"""
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+MAX_EXPANSION = 10_000  # nodes one expansion may add
+MAX_CHILDREN = 1_000  # top_k's ceiling
+
+
+@dataclass(frozen=True)
+class Expansion:
+    top_k: int | None = 3  # children per node, most probable first; None: no count limit (coverage decides)
+    coverage: float | None = None  # children until they hold this share of the node's probability; None: off
+    depth: int = 3  # levels below the starting point
+    budget: int = 200  # nodes added at most
+    raw: bool = False  # choose and weigh by the raw model's probabilities, not the chain's final ones
+
+    def __post_init__(self):
+        def whole(value, low, high):
+            return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+        if self.top_k is not None and not whole(self.top_k, 1, MAX_CHILDREN):
+            raise ValueError(f"top_k must be an int from 1 to {MAX_CHILDREN:,} or None, not {self.top_k!r:.40}")
+        if self.coverage is not None and not (
+            isinstance(self.coverage, (int, float)) and not isinstance(self.coverage, bool) and 0 < self.coverage <= 1
+        ):
+            raise ValueError(
+                f"coverage must be a probability above 0 and at most 1, or None, not {self.coverage!r:.40}"
+            )
+        if self.top_k is None and self.coverage is None:
+            raise ValueError("give top_k (children per node) or coverage (their share of the probability), or both")
+        if not whole(self.depth, 1, 1_000_000):
+            raise ValueError(f"depth must be an int >= 1, not {self.depth!r:.40}")
+        if not whole(self.budget, 1, MAX_EXPANSION):
+            raise ValueError(f"budget must be an int from 1 to {MAX_EXPANSION:,} nodes, not {self.budget!r:.40}")
+        if not isinstance(self.raw, bool):
+            raise ValueError(f"raw must be True or False, not {self.raw!r:.40}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ExpandResult:
+    nodes: tuple[int, ...]  # the tree's nodes the expansion reached (made, or already there), level by level
+    leaves: tuple[tuple[int, float], ...]  # (node, its sequence's probability from the start), most probable first
+    levels: int  # levels finished
+    cancelled: bool
+
+
+def children(token_ids, probs, top_k: int | None, coverage: float | None) -> list[tuple[int, float]]:
+    """[n] ids, [n] probabilities -> (token id, probability) of the children: the most probable first (ties:
+    lower id), top_k of them, or as many as hold `coverage` (whichever is fewer); never a token of p 0."""
+    inside = probs > 0
+    token_ids, probs = token_ids[inside], probs[inside]
+    limit = len(probs) if top_k is None else min(top_k, len(probs))
+    if coverage is not None and limit > 256:  # a likely case: the few best hold the coverage
+        best = np.argpartition(-probs, 255)[:256]
+        if float(probs[best].sum(dtype=np.float64)) >= coverage:
+            token_ids, probs = token_ids[best], probs[best]
+            limit = min(limit, 256)
+    if limit < len(probs):
+        best = np.argpartition(-probs, limit - 1)[:limit]
+        cut = probs[best].min()  # every token tied with the last kept competes on its id
+        keep = probs >= cut
+        token_ids, probs = token_ids[keep], probs[keep]
+    order = np.lexsort((token_ids, -probs))[:limit]  # most probable first, ties to the lower id
+    chosen = list(zip(token_ids[order].tolist(), probs[order].tolist()))
+    if coverage is not None:
+        total = np.cumsum(probs[order], dtype=np.float64)
+        chosen = chosen[: int(np.searchsorted(total, coverage)) + 1]
+    return chosen
+
+
+def expand(context, model, ids: list[int], start: int, settings, expansion: Expansion,
+           add: Callable, progress: Callable | None = None, cancelled: Callable | None = None) -> ExpandResult:  # fmt: skip
+    """Expand below tree node `start`, whose text is `ids` (`context` holds it). add(parent node, step) ->
+    the child's node id; progress(nodes made, nodes expected); cancelled() -> True to stop (the finished
+    levels stay). The context's cache ends truncated to len(ids)."""
+    frontier = [(start, list(ids), 1.0)]  # (node, its ids, its sequence's probability) to expand, tree order
+    held = list(ids)  # what the cache holds
+    reached, leaves = [], {}
+    expected = _expected(expansion)
+    levels = 0
+    try:
+        for _level in range(expansion.depth):
+            made = []  # (sequence probability, order, parent, parent's ids, token id, step)
+            for parent, path, p in frontier:
+                if cancelled is not None and cancelled():
+                    return _result(reached, leaves, levels, True)
+                common = _shared(held, path)
+                context.truncate(common)
+                dists = context.distributions(path, settings)
+                held = path
+                row = dists.raw if expansion.raw else dists.final.probs
+                ids_of_row = np.arange(len(row)) if expansion.raw else dists.final.token_ids()
+                chosen = children(ids_of_row, row, expansion.top_k, expansion.coverage)
+                steps = context.alternatives(path, settings, [t for t, _ in chosen], dists)
+                made += [
+                    (p * q, len(made) + i, parent, path, t, step) for i, ((t, q), step) in enumerate(zip(chosen, steps))
+                ]
+                if progress is not None:
+                    progress(len(reached) + len(made), expected)
+            room = expansion.budget - len(reached)
+            if len(made) > room:  # the likeliest sequences, then back in the order they were made
+                made = sorted(sorted(made, key=lambda m: (-m[0], m[1]))[:room], key=lambda m: m[1])
+            frontier = []
+            for q, _, parent, path, token_id, step in made:
+                node = add(parent, step)
+                reached.append(node)
+                leaves[node] = q
+                leaves.pop(parent, None)
+                if token_id not in model.end_token_ids and len(path) + 1 < model.context_length:
+                    frontier.append((node, [*path, token_id], q))
+            levels += 1
+            if progress is not None:
+                progress(len(reached), expected)
+            if not frontier or len(reached) >= expansion.budget:
+                break
+    finally:
+        context.truncate(len(ids))
+    return _result(reached, leaves, levels, False)
+
+
+def _shared(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    differ = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
+    return int(differ[0]) if len(differ) else n
+
+
+def _expected(expansion: Expansion) -> int:
+    """The nodes an expansion will make at most (top_k^1 + ... + top_k^depth, within the budget)."""
+    if expansion.top_k is None:
+        return expansion.budget
+    total, level = 0, 1
+    for _ in range(expansion.depth):
+        level *= expansion.top_k
+        total += level
+        if total >= expansion.budget:
+            return expansion.budget
+    return total
+
+
+def _result(reached, leaves: dict, levels: int, cancelled: bool) -> ExpandResult:
+    """reached and leaves hold finished levels only (a level joins them once complete)."""
+    ranked = sorted(leaves.items(), key=lambda item: -item[1])
+    return ExpandResult(tuple(reached), tuple(ranked), levels, cancelled)
