@@ -1,0 +1,78 @@
+"""Expanding the tree (issue 16's goals: 500 nodes on the story model <= 1 s; 100 nodes of SmolLM2 with the
+llama.cpp backend <= 5 s): Session.expand from the end of a short generation, under the raw model and under
+the chain, with the tokens it fed the model against what computing each node from the prompt would feed.
+
+Prefixes are reused: the nodes of a level are visited in the tree's order, so the next node shares all but
+its last token or two with the cache; the cache is truncated to the shared prefix and only the rest is fed.
+
+    python bench/expand_speed.py [--rounds 3] [--no-llamacpp]
+"""
+
+import argparse
+import time
+
+from threadpoolctl import threadpool_limits
+
+import engine
+
+CASES = (  # (model, prompt, nodes, top_k, depth)
+    ("story", "mia has a red ball. ", 500, 3, 8),
+    ("smollm2", "The old lighthouse keeper opened the door and", 100, 3, 6),
+)
+
+
+def counting(model) -> list[int]:
+    """Count the tokens the model is fed (wraps its forward_cached)."""
+    fed = [0]
+    forward = model.forward_cached
+
+    def counted(ids, cache, last_only=False):
+        fed[0] += len(ids)
+        return forward(ids, cache, last_only=last_only)
+
+    model.forward_cached = counted
+    return fed
+
+
+def measure(model, prompt: str, nodes: int, top_k: int, depth: int, rounds: int, settings: dict):
+    fed = counting(model)
+    times = []
+    for _ in range(rounds):
+        session = engine.Session(model, prompt, max_new_tokens=4, **settings)
+        session.run()
+        fed[0] = 0
+        start = time.perf_counter()
+        result = session.expand(top_k=top_k, depth=depth, budget=nodes, raw=settings.get("temperature", 0) == 0)
+        times.append(time.perf_counter() - start)
+    from_prompt = sum(len(session.tree.path(n)) - 1 + len(session.prompt_ids) for n in result.nodes)
+    parents = len(result.nodes) - len(result.leaves) + 1  # the nodes whose children were read
+    del model.forward_cached
+    return times, result, fed[0], from_prompt, parents
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--no-llamacpp", action="store_true")
+    args = parser.parse_args()
+    print("| model | mode | nodes | levels | seconds | goal | tokens fed | fed if each node came from the prompt |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, prompt, nodes, top_k, depth in CASES:
+        if name == "smollm2":
+            if args.no_llamacpp:
+                continue
+            model = engine.load_model("smollm2", backend="llama.cpp", context_length=512)
+            goal = 5.0
+        else:
+            model, goal = engine.load_model(), 1.0
+        with threadpool_limits(1):
+            for mode, settings in (("raw model", {}), ("chain, temperature 1, top-k 40", dict(temperature=1.0, top_k=40))):
+                times, result, fed, naive, parents = measure(model, prompt, nodes, top_k, depth, args.rounds, settings)
+                print(f"| {name} | {mode} | {len(result.nodes)} ({parents} read) | {result.levels} | "
+                      f"{min(times):.2f}-{max(times):.2f} | {goal:g} | {fed} | {naive} |")  # fmt: skip
+        model.close()
+    print(f"command: python bench/expand_speed.py --rounds {args.rounds}")
+
+
+if __name__ == "__main__":
+    main()
