@@ -66,7 +66,10 @@ def main() -> None:
         else:
             model, goal = engine.load_model(), 1.0
         with threadpool_limits(1):
-            for mode, settings in (("raw model", {}), ("chain, temperature 1, top-k 40", dict(temperature=1.0, top_k=40))):
+            for mode, settings in (
+                ("raw model", {}),
+                ("chain, temperature 1, top-k 40", dict(temperature=1.0, top_k=40)),
+            ):
                 times, result, fed, naive, parents = measure(model, prompt, nodes, top_k, depth, args.rounds, settings)
                 print(f"| {name} | {mode} | {len(result.nodes)} ({parents} read) | {result.levels} | "
                       f"{min(times):.2f}-{max(times):.2f} | {goal:g} | {fed} | {naive} |")  # fmt: skip

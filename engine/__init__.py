@@ -14,6 +14,7 @@ from engine.core.session import GenerationResult, Session, generate
 from engine.core.settings import LLAMA_CPP_ORDER, MAX_SEED, MAX_TEMPERATURE, SAMPLERS, Settings
 from engine.core.steps import TOP_CANDIDATES, Candidates, Step
 from engine.core.trace import load_trace, save_trace, validate_trace
+from engine.core.tree import NodeView
 from engine.discovery import FoundModel, find_models
 from engine.loading import load_model, smollm2_path
 from engine.story.checkpoint import resources_dir
@@ -22,7 +23,7 @@ from engine.story.model import Config, StoryModel
 
 __all__ = [
     "LLAMA_CPP_ORDER", "MAX_EXPANSION", "MAX_SEED", "MAX_SEEDS", "MAX_TEMPERATURE", "SAMPLERS", "STAGE_NAMES", "TOP_CANDIDATES", "Backend", "Candidates", "Capabilities", "Comparison",
-    "Context", "CommandTool", "Config", "ExpandResult", "FoundModel", "GenerationResult", "ReplayReport", "Rule", "ScoreResult", "SeedRun", "Session",
+    "Context", "CommandTool", "Config", "ExpandResult", "FoundModel", "NodeView", "GenerationResult", "ReplayReport", "Rule", "ScoreResult", "SeedRun", "Session",
     "Settings", "Step", "StoryModel", "UnknownCharacterError", "compare", "generate", "load_model", "load_trace",
     "next_token_probs", "find_models", "replay", "replay_session", "resources_dir", "save_trace", "score",
     "smollm2_path", "story_measure", "validate_trace", "__version__",

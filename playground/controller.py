@@ -12,6 +12,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 import engine
 
+from .branches import Branches
 from .comparison import Comparing
 from .feed import Feed, probability_text, stop_text
 from .model_picker import ModelPicker
@@ -45,11 +46,10 @@ class Controller(QObject):
     findModels = Signal(object)  # the recent files, for the worker's discovery
     scoreText = Signal(str, object)  # (a text, the controls' settings)
     runSeeds = Signal(object)  # {"count": N, "settings": the controls' settings}
-    gotoNode = Signal(int)  # a node of the session's tree: its branch becomes the text
     seedsShown = Signal(object)  # for outside observers: the engine.SeedRun the Seeds tab shows
     textScored = Signal(object)  # for outside observers: the engine.ScoreResult shown
     promptScored = Signal(object)  # for outside observers: the session's prompt scored (None: it could not be)
-    traceWanted = Signal(object)  # a Future the worker fills with the session's trace
+    traceWanted = Signal(object, str)  # (a Future the worker fills with the session's trace, "all" or "active")
     # for outside observers (tests, bench)
     runFinished = Signal(str)
     idle = Signal()
@@ -74,6 +74,8 @@ class Controller(QObject):
         self.comparing = Comparing(
             window, self.worker, busy=lambda: self.running or self.loading, status=self._set_status
         )
+        self.branches = Branches(window, self.worker, busy=self._tree_busy, settings_here=self._settings_here,
+                                 status=self._set_status)  # fmt: skip
         self._preview_timer = QTimer(self, singleShot=True, interval=PREVIEW_DELAY_MS)
         self._preview_timer.timeout.connect(lambda: None if self.running else self.requestPreview.emit())
         self._connect()
@@ -88,7 +90,7 @@ class Controller(QObject):
                              (self.resetSession, worker.reset), (self.requestPreview, worker.send_preview),
                              (self.loadModel, worker.load_model), (self.setRules, worker.set_rules),
                              (self.findModels, worker.find_models), (self.scoreText, worker.score_text),
-                             (self.runSeeds, worker.run_seeds), (self.gotoNode, worker.goto),
+                             (self.runSeeds, worker.run_seeds),
                              (self.traceWanted, worker.make_trace)):  # fmt: skip
             signal.connect(slot)
         # this QObject's slots: queued, so they run on the GUI thread in the order the worker sent them
@@ -101,8 +103,7 @@ class Controller(QObject):
                              (worker.modelLoaded, self._on_model_loaded),
                              (worker.modelsFound, self.picker.set_found), (worker.scored, self._on_scored),
                              (worker.promptScored, self._on_prompt_scored),
-                             (worker.seedsRun, self._on_seeds_run),
-                             (worker.treeChanged, w.tree_panel.update_tree)):  # fmt: skip
+                             (worker.seedsRun, self._on_seeds_run)):  # fmt: skip
             signal.connect(slot)
 
         c = w.controls
@@ -116,8 +117,8 @@ class Controller(QObject):
                              (w.continue_button.clicked, self.continue_from_here),
                              (w.rules_panel.rulesChanged, self.rules_changed),
                              (w.uncertainty_strip.promptClicked, self.prompt_token_clicked),
-                             (w.seeds_panel.runRequested, self.run_seeds), (w.seeds_panel.seedChosen, self.seed_chosen),
-                             (w.tree_panel.nodeClicked, self.goto_node)):  # fmt: skip
+                             (w.seeds_panel.runRequested, self.run_seeds),
+                             (w.seeds_panel.seedChosen, self.seed_chosen)):  # fmt: skip
             signal.connect(slot)
         self.picker.show_model(self.model)
         self.feed.use_token_bytes(self.model)
@@ -149,13 +150,29 @@ class Controller(QObject):
     def run_seeds(self, count: int) -> None:
         """Seeds 0..count-1 continue the text from where it is, with the controls' settings (the worker runs
         them; the session does not change). A new prompt starts its session first."""
+        settings = self._settings_here()
+        if settings is None:
+            return
+        self._set_status(f"Running {count} seeds from here...")
+        self.runSeeds.emit({"count": count, "settings": settings})
+
+    def _settings_here(self) -> dict | None:
+        """The controls' settings for a command on the session the prompt box shows (a new prompt starts its
+        session first), or None where the prompt is not ready."""
         request = self._ready_request(None)
         if request is None:
-            return
+            return None
         if not self._continues(request):
             self._start(request)
-        self._set_status(f"Running {count} seeds from here...")
-        self.runSeeds.emit({"count": count, "settings": request["settings"]})
+        return request["settings"]
+
+    def _tree_busy(self) -> str | None:
+        """Why the tree cannot be changed now, or None."""
+        if self.running:
+            return "Busy"
+        if self._replaying is not None or not self.known.exists or self.trace_viewed is not None:
+            return "No branches here yet: generate or step first"
+        return None
 
     def _on_seeds_run(self, run, seconds: float) -> None:
         measure = None
@@ -164,14 +181,6 @@ class Controller(QObject):
         self.window.seeds_panel.show_run(run, seconds, measure)
         self._set_status(self.window.seeds_panel.summary.text())
         self.seedsShown.emit(run)
-
-    def goto_node(self, node_id: int) -> None:
-        """A node of the Tree tab: its branch becomes the text (the worker puts it back; the view redraws)."""
-        if self.running or self._replaying is not None or not self.known.exists or self.trace_viewed is not None:
-            self._set_status("Busy: choose a branch once the model is free" if self.running else
-                             "No branches to go to here: generate or step first")  # fmt: skip
-            return
-        self.gotoNode.emit(node_id)
 
     def seed_chosen(self, seed: int) -> None:
         self.window.controls.seed.setValue(seed)
@@ -195,12 +204,13 @@ class Controller(QObject):
         self.window.uncertainty_strip.clear_prompt()  # a new session: its prompt is scored once it is idle
         self.startSession.emit(request)
 
-    def trace(self) -> dict:
-        """The session's trace, made by the worker between two steps; ValueError when there is none."""
+    def trace(self, branches: str = "all") -> dict:
+        """The session's trace (every branch, or the active one alone), made by the worker between two steps;
+        ValueError when there is none."""
         if self.loading:
             raise ValueError("a model is loading: export once it is in")
         future = futures.Future()
-        self.traceWanted.emit(future)
+        self.traceWanted.emit(future, branches)
         try:
             return future.result(timeout=TRACE_WAIT_S)
         except futures.TimeoutError:  # TimeoutError itself from Python 3.11
@@ -483,7 +493,7 @@ class Controller(QObject):
         self.window.controls.set_running(busy, can_start=self.check_prompt() if not busy else False)
         self.window.continue_button.setEnabled(False)
         if busy:
-            self.window.stop_reason.setText("Generating...")
+            self.window.stop_reason.setText("Expanding the tree..." if self.branches.expanding else "Generating...")
         else:
             self.idle.emit()
 

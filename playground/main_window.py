@@ -102,11 +102,13 @@ class MainWindow(QMainWindow):
         reads only the worker's SessionView: controller.known)."""
         return self.controller.worker.session
 
-    def export_trace(self, path) -> Path:
-        """Save the current session's trace (the engine's JSON, written atomically)."""
-        trace = self.controller.trace()  # made by the worker; ValueError when there is nothing to export
+    def export_trace(self, path, branches: str = "all") -> Path:
+        """Save the current session's trace (the engine's JSON, written atomically): every branch of its tree,
+        or the active one alone (branches="active")."""
+        trace = self.controller.trace(branches)  # made by the worker; ValueError when there is nothing to export
         engine.save_trace(trace, path)
-        self.message_label.setText(f"Exported {len(trace['steps'])} steps to {path}")
+        which = "" if branches == "all" else " of the active branch alone"
+        self.message_label.setText(f"Exported {len(trace['steps'])} steps{which} to {path}")
         return Path(path)
 
     def open_trace(self, path) -> dict:
@@ -200,7 +202,10 @@ class MainWindow(QMainWindow):
     def _menu(self) -> None:
         file_menu = self.menuBar().addMenu("&File")
         export = QAction("Export trace...", self, shortcut=QKeySequence("Ctrl+S"))
-        export.triggered.connect(self._export_dialog)
+        export.triggered.connect(lambda: self._export_dialog())
+        export_active = QAction("Export the active branch alone...", self)
+        export_active.setObjectName("exportActiveAction")
+        export_active.triggered.connect(lambda: self._export_dialog("active"))
         open_ = QAction("Open trace...", self, shortcut=QKeySequence("Ctrl+O"))
         open_.triggered.connect(self._open_dialog)
         self.replay_action = QAction("Replay trace", self, shortcut=QKeySequence("Ctrl+P"))
@@ -214,7 +219,7 @@ class MainWindow(QMainWindow):
         compare.triggered.connect(self._compare_dialog)
         quit_ = QAction("Quit", self, shortcut=QKeySequence("Ctrl+Q"))
         quit_.triggered.connect(self.close)
-        for action in (export, open_, self.replay_action, score, compare):
+        for action in (export, export_active, open_, self.replay_action, score, compare):
             file_menu.addAction(action)
         file_menu.addSeparator()
         file_menu.addAction(quit_)
@@ -235,11 +240,11 @@ class MainWindow(QMainWindow):
             if request is not None:
                 self.controller.comparing.compare_with(request)
 
-    def _export_dialog(self) -> None:
+    def _export_dialog(self, branches: str = "all") -> None:
         path, _ = QFileDialog.getSaveFileName(self, "Export trace", "trace.json", "Trace (*.json)")
         if path:
             try:
-                self.export_trace(path)
+                self.export_trace(path, branches)
             except (ValueError, OSError) as error:
                 QMessageBox.warning(self, "Export trace", str(error))
 

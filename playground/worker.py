@@ -66,8 +66,11 @@ class GenerationWorker(QObject):
     compared = Signal(object, object)  # (engine.Comparison of the shown text, the second model: its name)
     compareFailed = Signal(str)  # why a comparison could not be made (the first model and its session stay)
     seedsRun = Signal(object, float)  # (engine.SeedRun from where the session is, seconds it took)
-    treeChanged = Signal(bool, object, object)  # (a new tree, its nodes since the last: (id, parent, token,
-    #                                              probability, source), the node of each step)
+    treeChanged = Signal(bool, object, object)  # (a new tree, its nodes made or changed since the last:
+    #                                              engine.core.tree.NodeView, the node of each step)
+    expandProgress = Signal(int, int)  # (nodes made, nodes expected) while the tree is expanded
+    expandDone = Signal(object, float)  # (engine.ExpandResult, seconds it took)
+    branchesCompared = Signal(str, object, object)  # (the text up to where two branches part, their steps after)
 
     def __init__(self, model):
         super().__init__()
@@ -79,7 +82,7 @@ class GenerationWorker(QObject):
         self._loaded_here = False  # a model this worker loaded is its own to close (a server's connections)
         self._generating = False
         self._prompt_unscored = False  # the session's prompt waits to be scored (once the worker is idle)
-        self._tree_sent: tuple[object, int, tuple] = (None, 0, ())  # (tree, nodes sent, path sent)
+        self._tree_sent: tuple[object, int, tuple] = (None, 0, ())  # (tree, its `touched` sent, path sent)
         self.second_model = None  # the model a comparison reads the text with, and the request that loaded it
         self._second_request: dict | None = None
         self._run_started = 0.0
@@ -401,22 +404,79 @@ class GenerationWorker(QObject):
         self.compared.emit(comparison, model)
 
     def _send_tree(self, session) -> None:
-        """The session's tree to the GUI: the nodes it has not had yet, and the active path, when either changed."""
+        """The session's tree to the GUI: the nodes made or changed since it last heard (all of a new tree), and
+        the active path, when either changed."""
         tree, sent, path = self._tree_sent
         new = tree is not session.tree
-        start = 1 if new else sent
-        nodes = session.tree.nodes
-        if not new and start == len(nodes) and tuple(session.path) == path:
+        changed = range(1, len(session.tree.nodes)) if new else dict.fromkeys(session.tree.touched[sent:])
+        if not new and not changed and tuple(session.path) == path:
             return
-        added = [(n.id, n.parent, n.step.token, n.step.probability, n.step.source) for n in nodes[start:]]
-        self._tree_sent = (session.tree, len(nodes), tuple(session.path))
-        self.treeChanged.emit(new, added, list(session.path))
+        self._tree_sent = (session.tree, len(session.tree.touched), tuple(session.path))
+        self.treeChanged.emit(new, [session.tree.view(i) for i in changed], list(session.path))
 
     @Slot(int)
     def goto(self, node_id: int) -> None:
         """Put back the branch of the tree that ends at this node (Session.goto); the view redraws it. A text
         that ended can still go to another branch."""
         self._command(lambda session: session.goto(node_id), emit=True, rewound=True)
+
+    @Slot(object)
+    def expand(self, request: dict) -> None:
+        """request: {"node", "params": Session.expand's, "settings": the controls'}: the text goes to that node
+        (goto, as a click would), the controls' chain applies (a logged settings change, the step limit kept),
+        and the tree grows below it, with progress; Stop (request_stop) cancels, keeping finished levels."""
+        session = self.session
+        if session is None or self._generating:
+            self.notice.emit("Generate or step first: the tree grows from where the text is")
+            return
+        self._stop.clear()
+        self.busyChanged.emit(True)
+        start = last = time.perf_counter()
+
+        def progress(done: int, expected: int) -> None:  # at most 20 signals a second
+            nonlocal last
+            if time.perf_counter() - last > 0.05:
+                last = time.perf_counter()
+                self.expandProgress.emit(done, expected)
+
+        try:
+            if request["node"] != (session.path[-1] if session.path else 0):
+                session.goto(request["node"])
+                self.redraw.emit(session.prompt_text, list(session.steps))
+            session.update_settings(**{**request["settings"], "max_new_tokens": session.settings.max_new_tokens})
+            result = session.expand(**request["params"], progress=progress, cancelled=self._stop.is_set)
+        except ValueError as error:
+            self.failed.emit(f"could not expand the tree: {error}")
+            return
+        finally:
+            self.busyChanged.emit(False)
+            self._publish()
+        self.expandDone.emit(result, time.perf_counter() - start)
+        self._emit_preview()
+
+    @Slot(int)
+    def delete_branch(self, node_id: int) -> None:
+        self._command(lambda session: session.delete_branch(node_id), emit=False)
+
+    @Slot(int, str)
+    def name_branch(self, node_id: int, name: str) -> None:
+        self._command(lambda session: session.name_branch(node_id, name), emit=False)
+
+    @Slot(int, bool)
+    def pin_branch(self, node_id: int, pinned: bool) -> None:
+        self._command(lambda session: session.pin_branch(node_id, pinned), emit=False)
+
+    @Slot(int, int)
+    def compare_branches(self, a: int, b: int) -> None:
+        """Two branches side by side from where they part (Session.compare_branches); the session is unchanged."""
+        if self.session is None:
+            return
+        try:
+            prefix, left, right = self.session.compare_branches(a, b)
+        except ValueError as error:
+            self.failed.emit(f"could not compare the branches: {error}")
+            return
+        self.branchesCompared.emit(prefix, left, right)
 
     @Slot(object)
     def run_seeds(self, request: dict) -> None:
@@ -468,15 +528,16 @@ class GenerationWorker(QObject):
             return
         self.preview.emit(candidates, None)
 
-    @Slot(object)
-    def make_trace(self, future: Future) -> None:
-        """The session's trace into `future` (a GUI that no longer waits has cancelled it)."""
+    @Slot(object, str)
+    def make_trace(self, future: Future, branches: str = "all") -> None:
+        """The session's trace into `future` (a GUI that no longer waits has cancelled it); branches: "all" or
+        "active" (Session.trace)."""
         if not future.set_running_or_notify_cancel():
             return
         try:
             if self.session is None:
                 raise ValueError("nothing to export yet: generate or step first")
-            future.set_result(self.session.trace())
+            future.set_result(self.session.trace(branches))
         except Exception as error:  # noqa: BLE001 - the waiting GUI gets it
             future.set_exception(error)
 

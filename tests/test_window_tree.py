@@ -2,8 +2,11 @@
 one row, the active branch bold; a click on a row makes its branch the text again. Real window, story model."""
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QLabel, QPushButton, QTreeWidget
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import QCheckBox, QLabel, QPushButton, QSpinBox, QTableWidget, QTreeWidget
 from test_window import WAIT, child, generate, type_prompt
+
+import engine
 
 
 def rows(tree: QTreeWidget) -> list:
@@ -45,3 +48,95 @@ def test_a_new_branch_keeps_the_old_one_and_a_click_brings_it_back(qtbot, window
     window.controller.flush()
     assert window.token_view.whole_text() == first_text and window.token_view.step_count() == first_steps
     qtbot.waitUntil(lambda: window.tree_panel.row_of(old_leaf).font(0).bold(), timeout=WAIT)
+
+
+def expand_from_end(qtbot, window, top_k=3, depth=3, budget=20, raw=True):
+    panel = window.tree_panel
+    window.side_tabs.setCurrentWidget(panel)
+    child(window, QSpinBox, "expandTopK").setValue(top_k)
+    child(window, QSpinBox, "expandDepth").setValue(depth)
+    child(window, QSpinBox, "expandBudget").setValue(budget)
+    child(window, QCheckBox, "expandRaw").setChecked(raw)
+    with qtbot.waitSignal(window.controller.branches.expanded, timeout=WAIT) as done:
+        qtbot.mouseClick(child(window, QPushButton, "expandButton"), Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not window.controller.running, timeout=WAIT)
+    qtbot.waitUntil(lambda: all(n in panel.views for n in done.args[0].nodes), timeout=WAIT)
+    return done.args[0]
+
+
+def test_expanding_walking_in_naming_pinning_deleting_comparing_and_exporting(qtbot, window, tmp_path, monkeypatch):
+    type_prompt(qtbot, window, "mia has a red ball.")
+    window.controls.max_tokens.setValue(6)
+    generate(qtbot, window)
+    text, panel = window.token_view.whole_text(), window.tree_panel
+    result = expand_from_end(qtbot, window)
+    assert len(result.nodes) == 20 and result.levels == 3  # 3 + 9 and the 8 likeliest of the third level
+    assert window.message_label.text().startswith("Expanded 20 nodes, 3 levels in")
+    assert "20 expanded not visited" in child(window, QLabel, "treeSummary").text()
+    assert window.token_view.whole_text() == text  # the text stays where it was
+    leaf = result.leaves[0][0]
+    leaf_row = panel.row_of(leaf)
+    assert leaf_row.font(0).italic() and "[expanded]" in leaf_row.text(0)
+    # walk into the likeliest leaf: the view shows its branch, its nodes are no longer marked
+    with qtbot.waitSignal(window.controller.idle, timeout=WAIT):
+        qtbot.mouseClick(panel.tree.viewport(), Qt.MouseButton.LeftButton,
+                         pos=panel.tree.visualItemRect(leaf_row).center())  # fmt: skip
+    window.controller.flush()
+    session = window.session()
+    assert session.path[-1] == leaf and window.token_view.whole_text() == session.text != text
+    qtbot.waitUntil(lambda: "17 expanded not visited" in child(window, QLabel, "treeSummary").text(), timeout=WAIT)
+    # name and pin the leaf; deleting its branch is refused; another branch goes
+    monkeypatch.setattr(panel, "ask_name", lambda current: "likeliest")
+    panel.menu_for(leaf).findChild(QAction, "renameBranchAction").trigger()
+    qtbot.waitUntil(lambda: "«likeliest»" in panel.row_of(leaf).text(0), timeout=WAIT)
+    panel.menu_for(leaf).findChild(QAction, "pinBranchAction").trigger()
+    qtbot.waitUntil(lambda: panel.row_of(leaf).text(0).startswith("📌"), timeout=WAIT)
+    other = next(n for n, _ in result.leaves if n not in session.path)
+    on_text = panel.menu_for(session.path[-3]).findChild(QAction, "deleteBranchAction")
+    assert not on_text.isEnabled() and "go to another branch first" in on_text.toolTip()
+    window.controller.branches.deleteRequested.emit(leaf)  # past the menu, the engine refuses it too
+    qtbot.waitUntil(lambda: "go to another branch first" in window.message_label.text(), timeout=WAIT)
+    panel.menu_for(other).findChild(QAction, "deleteBranchAction").trigger()
+    qtbot.waitUntil(lambda: other not in panel.views, timeout=WAIT)
+    assert other in window.session().tree.deleted
+    # two branches side by side
+    second = next(n for n, _ in result.leaves if n in panel.views and n != leaf)
+    panel.menu_for(second).findChild(QAction, "compareBranchesAction").trigger()
+    qtbot.waitUntil(lambda: window.controller.branches.dialog is not None
+                    and window.controller.branches.dialog.isVisible(), timeout=WAIT)  # fmt: skip
+    table = window.controller.branches.dialog.findChild(QTableWidget, "branchCompareTable")
+    assert table.rowCount() >= 1 and table.item(0, 0) is not None
+    # the whole tree and the active branch alone, each replays bit for bit
+    window.export_trace(tmp_path / "all.json")
+    window.export_trace(tmp_path / "one.json", "active")
+    whole, alone = engine.load_trace(tmp_path / "all.json"), engine.load_trace(tmp_path / "one.json")
+    assert len(alone["tree"]["nodes"]) == len(alone["steps"]) + 1 < len(whole["tree"]["nodes"])
+    assert whole["tree"]["nodes"][leaf]["name"] == "likeliest" and whole["tree"]["nodes"][leaf]["pinned"]
+    for trace in (whole, alone):
+        assert engine.replay(trace, window.model).identical
+
+
+def test_cancel_keeps_the_levels_finished(qtbot, window):
+    type_prompt(qtbot, window, "mia has a red ball.")
+    window.controls.max_tokens.setValue(4)
+    generate(qtbot, window)
+    for name, value in (("expandTopK", 6), ("expandDepth", 8), ("expandBudget", 10000)):
+        child(window, QSpinBox, name).setValue(value)
+    child(window, QCheckBox, "expandRaw").setChecked(True)
+    window.side_tabs.setCurrentWidget(window.tree_panel)
+    with qtbot.waitSignal(window.controller.worker.expandProgress, timeout=WAIT):
+        qtbot.mouseClick(child(window, QPushButton, "expandButton"), Qt.MouseButton.LeftButton)
+    assert window.stop_reason.text() == "Expanding the tree..."
+    cancel = child(window, QPushButton, "cancelExpandButton")
+    assert cancel.isVisible() and cancel.isEnabled()
+    with qtbot.waitSignal(window.controller.branches.expanded, timeout=WAIT) as done:
+        qtbot.mouseClick(cancel, Qt.MouseButton.LeftButton)
+    result = done.args[0]
+    assert result.cancelled and result.levels < 8 and len(result.nodes) < 10000
+    assert window.message_label.text().startswith(
+        f"Expanded {len(result.nodes)} nodes, {result.levels} levels cancelled"
+    )
+    qtbot.waitUntil(lambda: not cancel.isVisible(), timeout=WAIT)
+    session = window.session()
+    assert len(session.tree.nodes) == len(session.path) + 1 + len(result.nodes)
+    assert engine.replay(session.trace(), window.model).identical

@@ -1,7 +1,9 @@
 """The Seeds tab: run many seeds from where the text is, with the controls' settings (Session.run_seeds, in the
 worker), and see what they wrote: the distinct continuations, most frequent first, with their counts. A
 click on one puts its first seed in the controls, so Generate (or Step) writes exactly that continuation.
-The widget only lays out; the controller runs it (runRequested) and fills it (show_run)."""
+Under the list, the tree the seeds drew (SeedRun.nodes): a run of tokens every seed there shares is one row,
+each row with how many seeds passed through it, the most taken first; a path at least half the seeds took is
+bold. The widget only lays out; the controller runs it (runRequested) and fills it (show_run)."""
 
 import html
 
@@ -13,11 +15,16 @@ from PySide6.QtWidgets import (
     QListWidgetItem,
     QPushButton,
     QSpinBox,
+    QSplitter,
+    QTreeWidget,
+    QTreeWidgetItem,
     QVBoxLayout,
     QWidget,
 )  # fmt: skip
 
 from engine import MAX_SEEDS
+
+from .tree_panel import free_rows, shown
 
 SHOWN = 50  # continuations listed
 
@@ -43,6 +50,13 @@ class SeedsPanel(QWidget):
         self.completions.setWordWrap(True)
         self.completions.setToolTip("click one to put its first seed in the controls: Generate then writes it")
         self.completions.itemClicked.connect(lambda item: self.seedChosen.emit(item.data(Qt.ItemDataRole.UserRole)))
+        self.seed_tree = QTreeWidget(objectName="seedTree")
+        self.seed_tree.setHeaderHidden(True)
+        self.seed_tree.setUniformRowHeights(True)
+        self.seed_tree.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.seed_tree.setToolTip("the tree the seeds drew: ×n seeds passed through a row; a run of tokens they "
+                                  "all share is one row; bold: at least half the seeds")  # fmt: skip
+        self._seed_rows: list[QTreeWidgetItem] = []  # the tree's rows, freed one by one on the next run
 
         row = QHBoxLayout()
         row.addWidget(QLabel("Seeds"))
@@ -51,7 +65,10 @@ class SeedsPanel(QWidget):
         layout = QVBoxLayout(self)
         layout.addLayout(row)
         layout.addWidget(self.summary)
-        layout.addWidget(self.completions, 1)
+        split = QSplitter(Qt.Orientation.Vertical)
+        split.addWidget(self.completions)
+        split.addWidget(self.seed_tree)
+        layout.addWidget(split, 1)
 
     def set_running(self, running: bool) -> None:
         self.run_button.setEnabled(not running)
@@ -75,3 +92,38 @@ class SeedsPanel(QWidget):
             item.setData(Qt.ItemDataRole.UserRole, seed)
             item.setToolTip(f"seed {seed} writes this: <code>{html.escape(repr(text))}</code>")
             self.completions.addItem(item)
+        self._show_tree(run)
+
+    def _show_tree(self, run) -> None:
+        """The seeds' tree, built detached and attached at once (thousands of nodes in a few ms)."""
+        if self.seed_tree.topLevelItemCount():
+            free_rows([self.seed_tree.takeTopLevelItem(0), *self._seed_rows])
+        self._seed_rows = []
+        children: dict[int, list] = {node.id: [] for node in run.nodes}
+        for node in run.nodes[1:]:
+            children[node.parent].append(node)
+        for kids in children.values():
+            kids.sort(key=lambda node: -node.count)  # stable: ties in the order drawn
+        wide = len(run.seeds) / 2
+        bold = self.seed_tree.font()
+        bold.setBold(True)
+        root = QTreeWidgetItem([f"×{len(run.seeds)}  (the text: the seeds start here)"])
+        opened = [root]
+        pending = [(root, node) for node in reversed(children[0])]
+        while pending:
+            parent_row, first = pending.pop()
+            run_nodes = [first]  # every seed here goes on the same way: one row
+            while len(children[run_nodes[-1].id]) == 1:
+                run_nodes.append(children[run_nodes[-1].id][0])
+            text = "".join(shown(node.token) for node in run_nodes)
+            row = QTreeWidgetItem(parent_row, [f"×{first.count}  {text}"])
+            self._seed_rows.append(row)
+            wrote = html.escape(repr(text))
+            row.setToolTip(0, f"{first.count} of {len(run.seeds)} seeds wrote <code>{wrote}</code> here")
+            if first.count >= wide:
+                row.setFont(0, bold)
+                opened.append(row)
+            pending.extend((row, node) for node in reversed(children[run_nodes[-1].id]))
+        self.seed_tree.addTopLevelItem(root)
+        for row in opened:
+            row.setExpanded(True)

@@ -20,7 +20,12 @@ from .chart import stage_label
 # word (a line break that only the view shows: text() and traces keep the model's text).
 MAX_BLOCK_CHARS = 1500
 COLOR_LEVELS = 20
-SOURCE_COLORS = {"forced": "#e67e22", "rule": "#8e44ad", "tool": "#16a085", "expanded": "#2f80ed"}  # readable on light and dark
+SOURCE_COLORS = {
+    "forced": "#e67e22",
+    "rule": "#8e44ad",
+    "tool": "#16a085",
+    "expanded": "#2f80ed",
+}  # readable on light and dark
 EMPTY_HINT = (
     "The model's text appears here, each token on a color from red (unlikely) to green (likely). "
     "Press Generate (Ctrl+Return) or Step (Ctrl+→)."

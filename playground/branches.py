@@ -1,0 +1,102 @@
+"""The window's side of the session's tree (the Tree tab): going to a branch, expanding the tree from a node
+with progress and Cancel, naming, pinning and deleting branches, and comparing two branches side by side.
+
+Every request goes to the worker, which changes the session (each change a logged action, so a trace
+replays it) and sends the tree's new and changed nodes back to the panel. While the tree is expanded the
+window is busy as during a run: Stop (or the panel's Cancel) ends it, keeping the levels already finished."""
+
+from PySide6.QtCore import QObject, Signal
+
+from .widgets.branch_compare import BranchCompare
+
+
+class Branches(QObject):
+    gotoRequested = Signal(int)  # to the worker: a node whose branch becomes the text
+    expandRequested = Signal(object)  # {"node", "params", "settings"}
+    deleteRequested = Signal(int)
+    nameRequested = Signal(int, str)
+    pinRequested = Signal(int, bool)
+    compareRequested = Signal(int, int)
+    expanded = Signal(object)  # for outside observers: the engine.ExpandResult just shown
+
+    def __init__(self, window, worker, busy, settings_here, status):
+        """busy() -> why the worker cannot take a tree command now, or None; settings_here() -> the controls'
+        settings, once the session is the one the prompt box shows (None: the prompt is not ready)."""
+        super().__init__(window)
+        self.window, self.panel = window, window.tree_panel
+        self.busy, self.settings_here, self.status = busy, settings_here, status
+        self.expanding = False
+        self.dialog: BranchCompare | None = None
+        for signal, slot in ((self.gotoRequested, worker.goto), (self.expandRequested, worker.expand),
+                             (self.deleteRequested, worker.delete_branch), (self.nameRequested, worker.name_branch),
+                             (self.pinRequested, worker.pin_branch),
+                             (self.compareRequested, worker.compare_branches)):  # fmt: skip
+            signal.connect(slot)
+        worker.treeChanged.connect(self.panel.update_tree)
+        worker.expandProgress.connect(self.panel.controls.show_progress)
+        worker.expandDone.connect(self._on_expanded)
+        worker.branchesCompared.connect(self._on_compared)
+        worker.failed.connect(self._on_failed)
+        self.panel.nodeClicked.connect(self.goto)
+        self.panel.expandRequested.connect(self.expand)
+        self.panel.cancelRequested.connect(lambda: worker.request_stop())  # called here, not queued to the busy worker
+        self.panel.deleteRequested.connect(lambda node: self._edit(self.deleteRequested, node))
+        self.panel.renameRequested.connect(lambda node, name: self._edit(self.nameRequested, node, name))
+        self.panel.pinRequested.connect(lambda node, pinned: self._edit(self.pinRequested, node, pinned))
+        self.panel.compareRequested.connect(lambda a, b: self._edit(self.compareRequested, a, b))
+
+    def goto(self, node_id: int) -> None:
+        """A node of the Tree tab: its branch becomes the text (the worker puts it back; the view redraws)."""
+        if self._refused("choose a branch"):
+            return
+        self.gotoRequested.emit(node_id)
+
+    def expand(self, node_id: int, params: dict) -> None:
+        """Grow the tree below this node with the controls' chain (Session.expand's params)."""
+        if self._refused("expand the tree"):
+            return
+        settings = self.settings_here()
+        if settings is None:
+            return
+        self.expanding = True
+        self.panel.controls.set_expanding(True)
+        self.status("Expanding the tree... (Cancel or Stop keeps the levels finished)")
+        self.expandRequested.emit({"node": node_id, "params": dict(params), "settings": settings})
+
+    def _edit(self, signal, *args) -> None:
+        if not self._refused("change the tree"):
+            signal.emit(*args)
+
+    def _refused(self, what: str) -> bool:
+        reason = self.busy()
+        if reason is not None:
+            self.status(f"{reason}: {what} once it is free" if reason == "Busy" else reason)
+        return reason is not None
+
+    def _on_expanded(self, result, seconds: float) -> None:
+        self._done()
+        best = f"; the likeliest leaf p {result.leaves[0][1]:.3g}" if result.leaves else ""
+        how = "cancelled after" if result.cancelled else "in"
+        self.status(f"Expanded {len(result.nodes)} nodes, {result.levels} level{'s' * (result.levels != 1)} "
+                    f"{how} {seconds:.2f} s{best}")  # fmt: skip
+        self.expanded.emit(result)
+
+    def _on_failed(self, _text: str) -> None:
+        if self.expanding:
+            self._done()
+
+    def _done(self) -> None:
+        self.expanding = False
+        self.panel.controls.set_expanding(False)
+
+    def _on_compared(self, prefix: str, left, right) -> None:
+        if self.dialog is None:
+            self.dialog = BranchCompare(self.window)
+        titles = [self._title(steps) for steps in (left, right)]
+        self.dialog.show_branches(prefix, list(left), list(right), *titles)
+        self.dialog.show()
+        self.dialog.raise_()
+
+    @staticmethod
+    def _title(steps) -> str:
+        return "(the branch point itself)" if not steps else f"{len(steps)} tokens from the branch point"
