@@ -88,6 +88,7 @@ class Branches(QObject):
     def _done(self) -> None:
         self.expanding = False
         self.panel.controls.set_expanding(False)
+        self.window.stop_reason.setText("")  # it said "Expanding the tree..."; the status bar says how it went
 
     def _on_compared(self, prefix: str, left, right) -> None:
         if self.dialog is None:

@@ -136,7 +136,7 @@ def test_cancel_keeps_the_levels_finished(qtbot, window):
     assert window.message_label.text().startswith(
         f"Expanded {len(result.nodes)} nodes, {result.levels} levels cancelled"
     )
-    qtbot.waitUntil(lambda: not cancel.isVisible(), timeout=WAIT)
+    qtbot.waitUntil(lambda: not cancel.isVisible() and window.stop_reason.text() == "", timeout=WAIT)
     session = window.session()
     assert len(session.tree.nodes) == len(session.path) + 1 + len(result.nodes)
     assert engine.replay(session.trace(), window.model).identical

@@ -389,7 +389,7 @@ class TreePanel(QWidget):
         views, last = self.views, self.runs[head][-1]
         first = views[head]
         mark = " [expanded]" if first.expanded else f" [{MARKS[first.source]}]" if first.source in MARKS else ""
-        p = "?" if first.probability is None else f"{first.probability:.2f}"
+        p = _short(first.probability)
         body = self._body[head]
         if len(body) > ROW_CHARS:  # drawing elides it anyway; eliding a long text costs ms per paint
             body = f"{body[: ROW_CHARS // 4]} … {body[-ROW_CHARS * 3 // 4 :]}"
@@ -574,4 +574,7 @@ def free_rows(items: list[QTreeWidgetItem]) -> None:
 
 
 def _short(probability, digits: int = 2) -> str:
-    return "?" if probability is None else f"{probability:.{digits}f}"
+    """0.21, or 2e-05 where fixed digits would show 0.00 (but 0 itself stays 0.00)."""
+    if probability is None:
+        return "?"
+    return f"{probability:.{digits}f}" if probability >= 10**-digits or probability == 0 else f"{probability:.0e}"
