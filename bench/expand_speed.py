@@ -22,12 +22,13 @@ CASES = (  # (model, prompt, nodes, top_k, depth)
 
 
 def counting(model) -> list[int]:
-    """Count the tokens the model is fed (wraps its forward_cached)."""
-    fed = [0]
+    """Count the tokens the model is fed and its forward passes (wraps its forward_cached)."""
+    fed = [0, 0]
     forward = model.forward_cached
 
     def counted(ids, cache, last_only=False):
         fed[0] += len(ids)
+        fed[1] += 1
         return forward(ids, cache, last_only=last_only)
 
     model.forward_cached = counted
@@ -40,14 +41,13 @@ def measure(model, prompt: str, nodes: int, top_k: int, depth: int, rounds: int,
     for _ in range(rounds):
         session = engine.Session(model, prompt, max_new_tokens=4, **settings)
         session.run()
-        fed[0] = 0
+        fed[:] = [0, 0]
         start = time.perf_counter()
         result = session.expand(top_k=top_k, depth=depth, budget=nodes, raw=settings.get("temperature", 0) == 0)
         times.append(time.perf_counter() - start)
     from_prompt = sum(len(session.tree.path(n)) - 1 + len(session.prompt_ids) for n in result.nodes)
-    parents = len(result.nodes) - len(result.leaves) + 1  # the nodes whose children were read
     del model.forward_cached
-    return times, result, fed[0], from_prompt, parents
+    return times, result, fed[0], from_prompt, fed[1]  # fed[1]: the nodes whose row was read
 
 
 def main() -> None:
@@ -55,7 +55,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-llamacpp", action="store_true")
     args = parser.parse_args()
-    print("| model | mode | nodes | levels | seconds | goal | tokens fed | fed if each node came from the prompt |")
+    print(
+        "| model | mode | nodes (rows read) | levels | seconds | goal | tokens fed | fed if each node came from the prompt |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for name, prompt, nodes, top_k, depth in CASES:
         if name == "smollm2":
@@ -70,8 +72,8 @@ def main() -> None:
                 ("raw model", {}),
                 ("chain, temperature 1, top-k 40", dict(temperature=1.0, top_k=40)),
             ):
-                times, result, fed, naive, parents = measure(model, prompt, nodes, top_k, depth, args.rounds, settings)
-                print(f"| {name} | {mode} | {len(result.nodes)} ({parents} read) | {result.levels} | "
+                times, result, fed, naive, reads = measure(model, prompt, nodes, top_k, depth, args.rounds, settings)
+                print(f"| {name} | {mode} | {len(result.nodes)} ({reads} read) | {result.levels} | "
                       f"{min(times):.2f}-{max(times):.2f} | {goal:g} | {fed} | {naive} |")  # fmt: skip
         model.close()
     print(f"command: python bench/expand_speed.py --rounds {args.rounds}")
