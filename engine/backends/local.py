@@ -243,6 +243,8 @@ class LocalBackend:
     subclasses give name, weights_sha256, tokenizer, end_token_ids, context_length, vocab_size, new_cache
     and forward_cached."""
 
+    has_inside = False  # a model whose forward pass the engine runs sets it: inside(ids), unembed(residuals)
+
     end_reason = "end of text"
     source = ""  # the file it came from; "" for the built-in model
 
@@ -255,6 +257,7 @@ class LocalBackend:
             chat_template=self.has_chat_template(),
             streaming=False,
             grammar=self.has_grammars(),
+            inside=self.has_inside,
         )
 
     def has_chat_template(self) -> bool:

@@ -31,6 +31,7 @@ class Capabilities:
     chat_template: bool  # chat_prompt renders the model's own template
     streaming: bool  # several tokens per request: Session.step(stream=True) uses one open stream
     grammar: bool = False  # GBNF grammars as a stage: `Backend.grammar(text)` (llama.cpp's own grammar sampler)
+    inside: bool = False  # per-layer states (logit lens, attention): `inside(ids)`, `unembed(residuals)` (numpy)
 
 
 class Tokenizer(Protocol):

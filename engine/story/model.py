@@ -18,6 +18,7 @@ import numpy as np
 
 from engine.backends.local import LocalBackend
 from engine.core.checks import checked_ids
+from engine.core.inside import Inside
 
 LAYER_NORM_EPS = 1e-5
 GELU_C = math.sqrt(2.0 / math.pi)  # a Python float: it keeps float32 arrays float32
@@ -175,6 +176,8 @@ def forward(params, config: Config, ids, cache: KVCache | None = None, acts: dic
 class StoryModel(LocalBackend):
     """The shipped story model: parameters, config and tokenizer behind the backend contract."""
 
+    has_inside = True  # per-layer states: the logit lens and attention (engine/core/inside.py)
+
     def __init__(self, params, config: Config, tokenizer, name: str = "story model", weights_sha256: str = ""):
         self.params = params
         self.config = config
@@ -198,6 +201,17 @@ class StoryModel(LocalBackend):
 
     def new_cache(self) -> KVCache:
         return KVCache(self.config)
+
+    def inside(self, ids) -> Inside:
+        """The full forward over ids, keeping the residual stream (after the embedding, after the block) and
+        the last position's attention (engine/core/inside.py reads them)."""
+        acts = {}
+        scores = forward(self.params, self.config, self._checked_ids(ids, already=0), acts=acts)
+        return Inside(np.stack([acts["x"], acts["x3"]]), acts["weights"][None, :, -1], scores[-1])
+
+    def unembed(self, residuals) -> np.ndarray:  # [..., d] -> [..., vocab]
+        p = self.params
+        return linear(layer_norm(residuals, p["lnf.g"], p["lnf.b"]), p["head.w"], p["head.b"])
 
     def forward_cached(self, ids, cache: KVCache, last_only: bool = False) -> np.ndarray:
         """The forward pass over ids that continue the cached text -> float32 scores [len(ids), vocab]

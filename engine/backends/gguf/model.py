@@ -18,6 +18,7 @@ from engine.backends import blas_threads
 from engine.backends.gguf.tokenizer import GGUFTokenizer
 from engine.backends.local import LocalBackend
 from engine.core.checks import checked_ids
+from engine.core.inside import Inside
 
 
 @dataclass(frozen=True)
@@ -73,21 +74,23 @@ def rope(x, cos, sin, neox=False):  # x [T, H, dh], cos/sin [T, dh/2] -> [T, H, 
 ATTENTION_BLOCK = 128  # queries at a time: a block's scores ([Hkv, group * 128, L]) stay in the CPU's cache
 
 
-def gqa_attention(q, k, v):  # q [T, Hq, dh], k/v [Hkv, L, dh] -> [T, Hq*dh]; q are the last T of L
+def gqa_attention(q, k, v, last_weights=None):  # q [T, Hq, dh], k/v [Hkv, L, dh] -> [T, Hq*dh]; q: the last T of L
     """Causal attention in blocks of queries: each block sees the keys up to its last query only, so a long
-    text (a prompt, a text to score) costs half the products, and the [T, L] scores never fill memory."""
+    text (a prompt, a text to score) costs half the products, and the [T, L] scores never fill memory.
+    last_weights: a list that gets the last query's weights [Hq, L] (the inside view; None costs nothing)."""
     t, length = q.shape[0], k.shape[1]
     if t <= ATTENTION_BLOCK:
-        return _attention_block(q, k, v)
+        return _attention_block(q, k, v, last_weights)
     out = np.empty((t, q.shape[1] * q.shape[2]), dtype=np.float32)
     for start in range(0, t, ATTENTION_BLOCK):
         stop = min(t, start + ATTENTION_BLOCK)
         visible = length - t + stop  # the block's queries are the last (stop - start) of these keys
-        out[start:stop] = _attention_block(q[start:stop], k[:, :visible], v[:, :visible])
+        out[start:stop] = _attention_block(q[start:stop], k[:, :visible], v[:, :visible],
+                                           last_weights if stop == t else None)  # fmt: skip
     return out
 
 
-def _attention_block(q, k, v):  # q [T, Hq, dh], k/v [Hkv, L, dh] -> [T, Hq*dh]; q are the last T of L
+def _attention_block(q, k, v, last_weights=None):  # q [T, Hq, dh], k/v [Hkv, L, dh] -> [T, Hq*dh]; q: the last T of L
     t, n_heads, dh = q.shape
     n_kv, length = k.shape[0], k.shape[1]
     group = n_heads // n_kv
@@ -100,6 +103,8 @@ def _attention_block(q, k, v):  # q [T, Hq, dh], k/v [Hkv, L, dh] -> [T, Hq*dh];
     scores -= scores.max(axis=-1, keepdims=True)
     np.exp(scores, out=scores)
     scores /= scores.sum(axis=-1, keepdims=True)
+    if last_weights is not None:
+        last_weights.append(scores.reshape(n_kv, group, t, length)[:, :, -1].reshape(n_heads, length).copy())
     out = (scores @ v).reshape(n_kv, group, t, dh)  # [Hkv, group, T, dh]
     return out.transpose(2, 0, 1, 3).reshape(t, n_heads * dh)
 
@@ -133,15 +138,21 @@ def _zeroed_small_pages(shape) -> np.ndarray:
     return np.frombuffer(buffer, np.float32).reshape(shape)  # the array keeps the mapping alive
 
 
-def forward(weights, config: LlamaConfig, ids, cache: LlamaCache, tables, last_only=False):  # [T] -> [T, vocab]
+def forward(
+    weights, config: LlamaConfig, ids, cache: LlamaCache, tables, last_only=False, taps=None
+):  # [T] -> [T, vocab]
     """The ids continue the cached text; their keys and values are written into the cache. With
-    last_only, only the last position's scores are computed ([1, vocab]): a prompt needs no others."""
+    last_only, only the last position's scores are computed ([1, vocab]): a prompt needs no others.
+    taps: a dict that gets the residual stream before every layer and after the last ("residuals": [T, d]
+    each) and the last position's attention weights in every layer ("attention": [Hq, L] each)."""
     start, t = cache.length, len(ids)
     end = start + t
     cos, sin = tables[0][start:end], tables[1][start:end]
     x = weights["token_embd"][ids]  # [T, d], a fresh array: updated in place below
     dh, hq, hkv = config.head_dim, config.n_heads, config.n_kv_heads
     for layer in range(config.n_layers):
+        if taps is not None:
+            taps.setdefault("residuals", []).append(x.copy())
         w = weights[f"blk.{layer}"]
         h = rms_norm(x, w["attn_norm"], config.rms_eps)
         qkv = h @ w["attn_qkv"]  # q, k and v in one product: [T, (Hq + 2 Hkv) dh]
@@ -150,18 +161,27 @@ def forward(weights, config: LlamaConfig, ids, cache: LlamaCache, tables, last_o
         qk = rope(qkv[:, : (hq + hkv) * dh].reshape(t, hq + hkv, dh), cos, sin, config.rope_neox)  # q and k heads
         cache.k[layer, :, start:end] = qk[:, hq:].transpose(1, 0, 2)
         cache.v[layer, :, start:end] = qkv[:, (hq + hkv) * dh :].reshape(t, hkv, dh).transpose(1, 0, 2)
-        attn = gqa_attention(qk[:, :hq], cache.k[layer, :, :end], cache.v[layer, :, :end])
+        attn = gqa_attention(qk[:, :hq], cache.k[layer, :, :end], cache.v[layer, :, :end],
+                             None if taps is None else taps.setdefault("attention", []))  # fmt: skip
         x += attn @ w["attn_output"]
         h = rms_norm(x, w["ffn_norm"], config.rms_eps)
         gate_up = h @ w["ffn_gate_up"]  # [T, 2 d_ff]: gate and up in one product
         x += (silu(gate_up[:, : config.d_ff]) * gate_up[:, config.d_ff :]) @ w["ffn_down"]
     cache.length = end
-    h = rms_norm(x[-1:] if last_only else x, weights["output_norm"], config.rms_eps)
-    return h @ weights["output"]  # [T, vocab]
+    if taps is not None:
+        taps["residuals"].append(x.copy())
+    return unembed(weights, config, x[-1:] if last_only else x)
+
+
+def unembed(weights, config: LlamaConfig, x):  # [..., d] residual stream -> [..., vocab] scores
+    """The final norm and the output projection: the scores, or a logit lens's at an earlier layer."""
+    return rms_norm(x, weights["output_norm"], config.rms_eps) @ weights["output"]
 
 
 class LlamaModel(LocalBackend):
     """A GGUF model in numpy behind the backend contract."""
+
+    has_inside = True  # per-layer states: the logit lens and attention (engine/core/inside.py)
 
     def __init__(self, config: LlamaConfig, weights: dict, tokenizer: GGUFTokenizer, name: str, file_sha256: str,
                  end_token_ids, context_length: int, source: str = ""):  # fmt: skip
@@ -196,6 +216,19 @@ class LlamaModel(LocalBackend):
     def scores(self, ids) -> np.ndarray:
         """The full forward: token ids [T] -> float32 scores [T, vocab] for every position."""
         return self.forward_cached(ids, self.new_cache())
+
+    def inside(self, ids) -> Inside:
+        """The full forward over ids, keeping the residual stream at every layer and the last position's
+        attention (engine/core/inside.py reads them)."""
+        ids = self._checked_ids(ids, 0)
+        taps = {}
+        with blas_threads.for_tokens(len(ids)):
+            scores = forward(self.weights, self.config, ids, self.new_cache(), self._tables, True, taps)
+        return Inside(np.stack(taps["residuals"]), np.stack(taps["attention"]), scores[0])
+
+    def unembed(self, residuals) -> np.ndarray:  # [..., d] -> [..., vocab]
+        with blas_threads.for_tokens(max(1, residuals.size // self.config.d_model)):
+            return unembed(self.weights, self.config, residuals)
 
     def has_chat_template(self) -> bool:
         return bool(self.tokenizer.chat_template)

@@ -1,0 +1,107 @@
+"""Inside the model: what each layer would predict (the logit lens) and where each head looks (attention).
+
+A model whose forward pass the engine runs (the story model, GGUF llama/qwen2 in numpy: capabilities.inside)
+offers two things: `inside(ids)`, one full forward over the ids that keeps the residual stream at every
+position before each layer and after the last, the last position's attention weights in every layer and
+its own scores; and `unembed(residuals)`, the model's final norm and output projection. The logit lens
+unembeds the residual stream at each layer as if the model ended there. Nothing of this runs while nobody
+asks: a generation never keeps these values, so decoding costs the same with or without this module.
+
+Rows are layers: row 0 is the embedding (before the first layer), row i the stream after layer i; the last
+row is the model's own distribution, the very numbers of its forward pass (the final layer's lens).
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+GRID_POSITIONS = 20  # the lens grid's positions: the text's last 20
+
+
+@dataclass(frozen=True)
+class Inside:
+    residuals: np.ndarray  # [layers + 1, T, d] the stream before each layer, then after the last
+    attention: np.ndarray  # [layers, heads, T] the last position's attention over every position
+    scores: np.ndarray  # [V] the model's own scores for the next token, from this forward
+
+
+@dataclass(frozen=True)
+class InsideView:
+    """What the window shows for one position of a text: the lens at the last position, its grid over the last
+    positions, and the attention of the last position."""
+
+    layers: tuple[str, ...]  # "embedding", "layer 1", ... "layer N" (the last: the model's own)
+    probs: np.ndarray  # [layers + 1, V] each layer's next-token distribution at the last position
+    grid_positions: tuple[int, ...]  # the positions of the grid's columns (the last GRID_POSITIONS)
+    grid_top: np.ndarray  # [layers + 1, P] each layer's most probable next token at each of them
+    grid_p: np.ndarray  # [layers + 1, P] its probability
+    attention: np.ndarray  # [layers, heads, T]
+
+    def ranks(self, token_id: int) -> np.ndarray:  # -> [layers + 1] the token's rank at each layer, 1 = top
+        return lens_ranks(self.probs, token_id)
+
+
+def checked_model(model) -> None:
+    if not model.capabilities.inside:
+        raise ValueError(f"{model.name} runs in a backend that does not show its layers (llama.cpp or a server "
+                         "gives the scores only): the logit lens and attention need the numpy engine")  # fmt: skip
+
+
+def softmax_rows(scores) -> np.ndarray:  # [..., V] -> [..., V], float32
+    e = scores - scores.max(axis=-1, keepdims=True)
+    np.exp(e, out=e)
+    e /= e.sum(axis=-1, keepdims=True)
+    return e
+
+
+def lens_scores(model, token_ids) -> np.ndarray:  # [T] ids -> [layers + 1, V] scores for the next token
+    """The logit lens at the last position: each layer's stream unembedded; the last row is the model's own."""
+    checked_model(model)
+    inside = model.inside(token_ids)
+    return np.vstack([model.unembed(inside.residuals[:-1, -1]), inside.scores[None]])
+
+
+def logit_lens(model, token_ids) -> np.ndarray:  # [T] ids -> [layers + 1, V] probabilities, float32
+    """For the last position, the next-token distribution each layer would give if the model ended there:
+    row 0 after the embedding, row i after layer i; the last row is the model's own distribution."""
+    return softmax_rows(lens_scores(model, token_ids))
+
+
+def attention_weights(model, token_ids) -> np.ndarray:  # [T] ids -> [layers, heads, T], float32
+    """The last position's attention weights over every position (each head's sum to 1 over the causal
+    window, which for the last position is the whole text)."""
+    checked_model(model)
+    return model.inside(token_ids).attention
+
+
+def lens_ranks(probs, token_id: int) -> np.ndarray:  # [layers, V] -> [layers] ranks, 1 = most probable
+    """The token's rank in each row (ties to the lower id, as the chart ranks)."""
+    p = probs[:, token_id][:, None]
+    ahead = (probs > p).sum(axis=1) + (probs[:, :token_id] == p).sum(axis=1)
+    return ahead + 1
+
+
+def inside_view(model, token_ids, grid_positions: int = GRID_POSITIONS) -> InsideView:
+    """Everything the window's Inside tab shows for the next token after token_ids, from one forward pass."""
+    checked_model(model)
+    inside = model.inside(token_ids)
+    n = inside.residuals.shape[0] - 1
+    last = np.vstack([model.unembed(inside.residuals[:-1, -1]), inside.scores[None]])  # [layers + 1, V]
+    t = inside.residuals.shape[1]
+    columns = np.arange(max(0, t - grid_positions), t)
+    top = np.empty((n + 1, len(columns)), dtype=np.int64)
+    top_p = np.empty((n + 1, len(columns)), dtype=np.float32)
+    for layer in range(n + 1):  # a layer at a time: [P, V] rows, not [layers, P, V] at once (SmolLM2: 120 MB)
+        rows = softmax_rows(model.unembed(inside.residuals[layer, columns]))  # [P, V]
+        if layer == n:
+            rows[-1] = softmax_rows(inside.scores)  # the last cell: the model's own row, as in `last`
+        top[layer] = rows.argmax(axis=-1)
+        top_p[layer] = rows[np.arange(len(columns)), top[layer]]
+    return InsideView(
+        layers=("embedding", *(f"layer {i}" for i in range(1, n + 1))),
+        probs=softmax_rows(last),
+        grid_positions=tuple(columns.tolist()),
+        grid_top=top,
+        grid_p=top_p,
+        attention=inside.attention,
+    )

@@ -1,0 +1,111 @@
+"""Inside the model (issue 17): the logit lens and attention weights. The last layer's lens is the model's own
+distribution (the same numbers); on SmolLM2 every layer's lens equals transformers' hidden states through its
+final norm and lm_head (a fixture recorded by tests/fixtures/record_hf_lens.py); attention weights sum to 1
+over the causal window; asking costs the session nothing; a backend without layers is refused."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import engine
+from engine.core.inside import lens_ranks, lens_scores
+from engine.core.sampling import softmax
+
+FIXTURES = Path(__file__).parent / "fixtures"
+sys.path.insert(0, str(FIXTURES))
+from prompts import prompt_ids  # noqa: E402
+
+STORY = "mia has a red ball. she goes to the park. now mia has the"
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    return engine.load_model("smollm2", backend="numpy")
+
+
+def test_the_story_lens_ends_with_the_models_own_distribution(story_model):
+    ids = story_model.tokenizer.encode(STORY)
+    lens = engine.logit_lens(story_model, ids)
+    assert lens.shape == (2, story_model.vocab_size) and lens.dtype == np.float32  # the embedding, the block
+    assert np.allclose(lens.sum(axis=1), 1, atol=1e-6)
+    cache = story_model.new_cache()
+    own = softmax(story_model.forward_cached(ids, cache, last_only=True)[0].copy())
+    assert np.array_equal(lens[-1], own)  # the same numbers, not close ones
+    inside = story_model.inside(ids)  # and the lens machinery itself reads the last stream as the model does
+    assert np.allclose(softmax(story_model.unembed(inside.residuals[-1, -1])), own, atol=1e-6)
+    # row 0 reads the stream before the block: the last token's and its position's embeddings, nothing else
+    params = story_model.params
+    embedded = params["wte"][ids[-1]] + params["wpe"][len(ids) - 1]
+    assert np.allclose(lens[0], softmax(story_model.unembed(embedded)), atol=1e-6)
+    assert lens[0].argmax() != lens[-1].argmax()  # and the block changes what it predicts
+
+
+def test_smollm2_lens_matches_transformers_at_every_layer(smollm2):
+    reference = np.load(FIXTURES / "smollm2_hf_lens.npz")
+    probe = reference["probe_ids"]
+    worst = 0.0
+    for label, ids in prompt_ids(smollm2):
+        key = label.replace(" ", "_")
+        assert reference[f"{key}/ids"].tolist() == ids, "the prompts or the tokenizer changed"
+        ours = lens_scores(smollm2, ids)  # [31, V]
+        assert ours.shape == (31, smollm2.vocab_size) and ours.dtype == np.float32
+        top, scale = reference[f"{key}/top_ids"], reference[f"{key}/scale"][:, None]
+        for mine, theirs in ((np.take_along_axis(ours, top, -1), reference[f"{key}/top_logits"]),
+                             (ours[:, probe], reference[f"{key}/probe_logits"])):  # fmt: skip
+            worst = max(worst, float((np.abs(mine - theirs) / scale).max()))
+    assert worst <= 1e-4, f"largest difference {worst:.2e} of the logits' scale"
+    ids = prompt_ids(smollm2)[0][1]
+    own = softmax(smollm2.forward_cached(ids, smollm2.new_cache(), last_only=True)[0].copy())
+    assert np.array_equal(engine.logit_lens(smollm2, ids)[-1], own)
+
+
+@pytest.mark.parametrize("which", ["story", "smollm2"])
+def test_attention_weights_sum_to_one_over_the_causal_window(story_model, smollm2, which):
+    model = story_model if which == "story" else smollm2
+    text = STORY if which == "story" else "The quick brown fox jumps over the lazy dog. " * 14  # > 128 tokens
+    ids = model.tokenizer.encode(text)
+    for length in (1, 7, len(ids)):
+        weights = engine.attention_weights(model, ids[:length])
+        layers = 1 if which == "story" else 30
+        heads = 8 if which == "story" else 9
+        assert weights.shape == (layers, heads, length) and weights.dtype == np.float32
+        assert (weights >= 0).all() and np.allclose(weights.sum(axis=-1), 1, atol=1e-5)
+    if which == "smollm2":
+        assert len(ids) > 128  # the forward's attention runs in blocks of 128 queries: the last block's weights
+
+
+def test_the_inside_view_grid_and_ranks(story_model):
+    ids = story_model.tokenizer.encode(STORY)
+    view = engine.inside_view(story_model, ids)
+    assert view.layers == ("embedding", "layer 1")
+    assert view.grid_positions == tuple(range(len(ids) - 20, len(ids)))
+    assert view.grid_top.shape == view.grid_p.shape == (2, 20)
+    best = int(view.probs[-1].argmax())
+    assert view.grid_top[-1, -1] == best and view.grid_p[-1, -1] == pytest.approx(view.probs[-1, best])
+    assert view.ranks(best)[-1] == 1
+    # each grid column is the lens of the text up to it
+    earlier = engine.logit_lens(story_model, ids[: view.grid_positions[3] + 1])
+    assert view.grid_top[:, 3].tolist() == earlier.argmax(axis=1).tolist()
+    assert lens_ranks(np.array([[0.1, 0.5, 0.1, 0.3]]), 2).tolist() == [4]  # ties: the lower id first
+
+
+def test_asking_changes_nothing_in_a_session(story_model):
+    session, twin = (engine.Session(story_model, "mia has a red ball.", max_new_tokens=20) for _ in range(2))
+    session.step(), twin.step()
+    engine.logit_lens(story_model, session.ids), engine.attention_weights(story_model, session.ids)
+    assert [s.to_dict() for s in session.run()] == [s.to_dict() for s in twin.run()]
+
+
+def test_a_backend_without_layers_is_refused(smollm2_llamacpp):
+    with pytest.raises(ValueError, match="the logit lens and attention need the numpy engine"):
+        engine.logit_lens(smollm2_llamacpp, [1, 2, 3])
+    assert not smollm2_llamacpp.capabilities.inside
+
+
+def test_bad_ids_are_refused(story_model):
+    with pytest.raises(ValueError):
+        engine.logit_lens(story_model, [])
+    with pytest.raises(ValueError):
+        engine.attention_weights(story_model, [999])
