@@ -15,6 +15,7 @@ import engine
 from .branches import Branches
 from .comparison import Comparing
 from .feed import Feed, probability_text, stop_text
+from .inside import LookingInside
 from .model_picker import ModelPicker
 from .prompt_check import PromptCheck
 from .session_view import KnownSession
@@ -76,6 +77,12 @@ class Controller(QObject):
         )
         self.branches = Branches(window, self.worker, busy=self._tree_busy, settings_here=self._settings_here,
                                  status=self._set_status)  # fmt: skip
+        self.inside = LookingInside(window, self.worker, model=lambda: self.model,
+                                    busy=lambda: self.running or self.loading,
+                                    show_selected=lambda: self.token_selected(window.token_view.selected),
+                                    flush=lambda: self.flush())  # fmt: skip
+        self.inside.model_changed(model)
+        self.idle.connect(self.inside.refresh)
         self._preview_timer = QTimer(self, singleShot=True, interval=PREVIEW_DELAY_MS)
         self._preview_timer.timeout.connect(lambda: None if self.running else self.requestPreview.emit())
         self._connect()
@@ -285,6 +292,7 @@ class Controller(QObject):
             self.feed.show_next()
         else:
             self.feed.show_step(index)
+        self.inside.refresh()
 
     def prompt_token_clicked(self, index: int) -> None:
         """A prompt point in the strip: the chart shows what the model expected at that prompt token (no
@@ -400,6 +408,7 @@ class Controller(QObject):
         self.prompts.set_model(model)
         self.reset()
         self.picker.model_loaded(model)
+        self.inside.model_changed(model)
         self.findModels.emit(self.picker.prefs.recent())  # the file just opened is now a recent one
         self.check_prompt()
         vocab = f"{model.vocab_size:,} tokens" if model.vocab_size else "the server's tokenizer"

@@ -30,6 +30,7 @@ from .errors import ExceptionHook
 from .widgets.chart import DistributionChart
 from .widgets.comparison_panel import ComparisonPanel
 from .widgets.controls import Controls
+from .widgets.inside_panel import InsidePanel
 from .widgets.rules_panel import RulesPanel
 from .widgets.seeds_panel import SeedsPanel
 from .widgets.token_view import COLOUR_MODES, TokenView, legend_html
@@ -65,6 +66,7 @@ class MainWindow(QMainWindow):
         self.rules_panel = RulesPanel()
         self.seeds_panel = SeedsPanel()
         self.tree_panel = TreePanel()
+        self.inside_panel = InsidePanel()
         self.insert_edit = QLineEdit(objectName="insertTextEdit")
         self.insert_edit.setPlaceholderText("Text to write into the model's output, as if it had said it")
         self.insert_button = QPushButton("Insert", objectName="insertButton")
@@ -153,7 +155,10 @@ class MainWindow(QMainWindow):
         self.side_tabs.addTab(self.seeds_panel, "Seeds")
         self.side_tabs.setTabToolTip(2, "Many seeds from where the text is: what they write, how often")
         self.side_tabs.addTab(self.tree_panel, "Tree")
-        self.side_tabs.setTabToolTip(3, "Every branch of the text: click a token to make its branch the text")
+        self.side_tabs.setTabToolTip(3, "Every branch of the text: click a row to make its branch the text")
+        self.side_tabs.addTab(self.inside_panel, "Inside")
+        self.side_tabs.setTabToolTip(4, "Inside the model at the selected token: what each layer would predict "
+                                        "(logit lens) and where each head looks (attention)")  # fmt: skip
 
         left = QSplitter(Qt.Orientation.Vertical)
         left.addWidget(self.controls)

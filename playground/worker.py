@@ -20,6 +20,7 @@ from PySide6.QtCore import QMetaObject, QObject, Qt, QThread, Signal, Slot
 
 import engine
 
+from .inside import InsideShown
 from .session_view import SessionView
 
 STOPPED_BY_YOU = "stopped by you"
@@ -71,6 +72,7 @@ class GenerationWorker(QObject):
     expandProgress = Signal(int, int)  # (nodes made, nodes expected) while the tree is expanded
     expandDone = Signal(object, float)  # (engine.ExpandResult, seconds it took)
     branchesCompared = Signal(str, object, object)  # (the text up to where two branches part, their steps after)
+    insideReady = Signal(object)  # an InsideShown: the Inside tab's numbers for one position of the text
 
     def __init__(self, model):
         super().__init__()
@@ -494,6 +496,34 @@ class GenerationWorker(QObject):
             self.failed.emit(f"could not run the seeds: {error}")
             return
         self.seedsRun.emit(run, time.perf_counter() - start)
+
+    @Slot(object)
+    def look_inside(self, request: dict) -> None:
+        """request: {"index": a step (-1: the next token), "key": the GUI's}: the logit lens and attention at
+        that position (engine.inside_view: one full forward over the text before it; the session is
+        untouched), with the token texts the Inside tab shows."""
+        session = self.session
+        if session is None or self._generating:
+            return
+        index = request["index"]
+        if index >= len(session.steps):
+            return  # the text changed since: the GUI asks again for what it shows
+        ids = session.ids[: len(session.prompt_ids) + index] if index >= 0 else session.ids
+        chosen = session.steps[index] if index >= 0 else None
+        try:
+            view = engine.inside_view(self.model, ids)
+        except ValueError as error:
+            self.failed.emit(f"could not look inside the model: {error}")
+            return
+        text_of = self.model.tokenizer.decode
+        where = f"Step {index + 1}, {chosen.token!r}" if chosen is not None else "The next token"
+        self.insideReady.emit(InsideShown(
+            key=request["key"], view=view, title=f"{where}: what each layer would predict, and where each head looks",
+            position_tokens=[text_of([i]) for i in ids],
+            grid_tokens=[[text_of([int(i)]) for i in row] for row in view.grid_top],
+            chosen_id=None if chosen is None else chosen.token_id, chosen_text=None if chosen is None else chosen.token,
+            layers=engine.layer_candidates(view, lambda i: text_of([i])),
+        ))  # fmt: skip
 
     @Slot()
     def drop_second_model(self) -> None:

@@ -109,3 +109,14 @@ def test_bad_ids_are_refused(story_model):
         engine.logit_lens(story_model, [])
     with pytest.raises(ValueError):
         engine.attention_weights(story_model, [999])
+
+
+def test_the_colour_copying_head_of_the_story_model(story_model):
+    """Where the model writes the first sentence's colour again, head 4 of its block puts most of its weight on
+    that colour (averaged over the 60 dev stories; the README names it with this figure)."""
+    from engine.story.colour_head import weight_on_colour
+    from engine.story.corpus import split
+
+    means = weight_on_colour(story_model, split()[1])
+    assert means.shape == (1, 8) and int(means.argmax()) == 3
+    assert means[0, 3] > 0.7 and np.sort(means[0])[-2] < 0.6

@@ -15,6 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from engine.core.ranking import top_ids
+from engine.core.steps import TOP_CANDIDATES, Candidates
+
 GRID_POSITIONS = 20  # the lens grid's positions: the text's last 20
 
 
@@ -105,3 +108,14 @@ def inside_view(model, token_ids, grid_positions: int = GRID_POSITIONS) -> Insid
         grid_p=top_p,
         attention=inside.attention,
     )
+
+
+def layer_candidates(view: InsideView, text_of) -> tuple[Candidates, ...]:
+    """Each layer's own top tokens as a chart shows candidates (text_of(id) -> the token's text): what that
+    layer would predict, its probabilities as both the raw row and the one stage, named after the layer."""
+    out = []
+    for name, row in zip(view.layers, view.probs):
+        top = top_ids(row, TOP_CANDIDATES).tolist()
+        p = tuple(row[top].tolist())
+        out.append(Candidates(tuple(top), tuple(text_of(i) for i in top), p, ((name, p),), (None,) * len(top)))
+    return tuple(out)

@@ -1,0 +1,58 @@
+"""Which of the story model's heads copies the first sentence's colour (issue 17's question).
+
+A story ends "now leo has the gold toy.", the colour and object of its first sentence. Where the model is
+about to write that colour (the text up to "now leo has the"), each head's attention weights over the text
+are read (engine.attention_weights) and the weight it puts on the first sentence's colour (every token that
+spells it) is averaged over the 60 dev stories. The head with the most is the one that copies the colour.
+
+    python -m engine.story.colour_head
+"""
+
+import numpy as np
+
+from engine.core.inside import attention_weights
+from engine.story.corpus import COLORS, split
+
+
+def colour_positions(tokenizer, ids, first_sentence: str, colour: str) -> list[int]:
+    """The positions of the tokens that spell the colour's letters in the first sentence."""
+    start = first_sentence.index(f" {colour} ") + 1
+    stop, end, positions = start + len(colour), 0, []
+    for position, token_id in enumerate(ids):
+        begin, end = end, end + len(tokenizer.decode([token_id]))
+        if begin < stop and end > start:
+            positions.append(position)
+        if end >= stop:
+            break
+    return positions
+
+
+def weight_on_colour(model, stories) -> np.ndarray:  # -> [layers, heads] mean weight on the first colour
+    """Each head's weight on the first sentence's colour where the model is about to write it again."""
+    total = None
+    for story in stories:
+        first = story[: story.index(".") + 1]
+        colour = next(c for c in COLORS if f" {c} " in first)
+        text = story[: story.rindex(" has the") + len(" has the")]
+        ids = model.tokenizer.encode(text)
+        weights = attention_weights(model, ids)  # [layers, heads, T]
+        on_colour = weights[:, :, colour_positions(model.tokenizer, ids, first, colour)].sum(axis=-1)
+        total = on_colour if total is None else total + on_colour
+    return total / len(stories)
+
+
+def main() -> None:
+    from engine.loading import load_model
+
+    model = load_model()
+    _train, dev, _test = split()
+    means = weight_on_colour(model, dev)
+    layer, head = np.unravel_index(int(means.argmax()), means.shape)
+    print("mean attention weight on the first sentence's colour, where the model writes it again (60 dev stories):")
+    for index, value in enumerate(means[0]):
+        print(f"  head {index + 1}: {value:.3f}")
+    print(f"the colour-copying head: layer {layer + 1}, head {head + 1} ({means[layer, head]:.2f} of its weight)")
+
+
+if __name__ == "__main__":
+    main()
