@@ -26,6 +26,7 @@ class Branches(QObject):
         self.window, self.panel = window, window.tree_panel
         self.busy, self.settings_here, self.status = busy, settings_here, status
         self.expanding = False
+        self._greedy_chain = False  # the expansion running is under a chain that keeps one token per node
         self.dialog: BranchCompare | None = None
         for signal, slot in ((self.gotoRequested, worker.goto), (self.expandRequested, worker.expand),
                              (self.deleteRequested, worker.delete_branch), (self.nameRequested, worker.name_branch),
@@ -59,6 +60,7 @@ class Branches(QObject):
         if settings is None:
             return
         self.expanding = True
+        self._greedy_chain = not params["raw"] and settings.get("temperature") == 0
         self.panel.controls.set_expanding(True)
         self.status("Expanding the tree... (Cancel or Stop keeps the levels finished)")
         self.expandRequested.emit({"node": node_id, "params": dict(params), "settings": settings})
@@ -73,12 +75,19 @@ class Branches(QObject):
             self.status(f"{reason}: {what} once it is free" if reason == "Busy" else reason)
         return reason is not None
 
-    def _on_expanded(self, result, seconds: float) -> None:
+    def _on_expanded(self, result, seconds: float, before_end: bool) -> None:
         self._done()
-        best = f"; the likeliest leaf p {result.leaves[0][1]:.3g}" if result.leaves else ""
-        how = "cancelled after" if result.cancelled else "in"
-        self.status(f"Expanded {len(result.nodes)} nodes, {result.levels} level{'s' * (result.levels != 1)} "
-                    f"{how} {seconds:.2f} s{best}")  # fmt: skip
+        levels = f"{result.levels} level{'s' * (result.levels != 1)}"
+        text = f"Expanded: {result.new} new nodes, {levels}, in {seconds:.2f} s"
+        if result.cancelled:
+            text = f"Cancelled: kept {result.new} new nodes, the {levels} finished, in {seconds:.2f} s"
+        if before_end:
+            text += " from the step before the text's end (the text went back there; click its last row to return)"
+        if result.leaves:
+            text += f"; the likeliest branch below has p {result.leaves[0][1]:.3g} from where it started"
+        if self._greedy_chain:
+            text += ". At temperature 0 the chain keeps one token per node: tick raw model to see the alternatives"
+        self.status(text)
         self.expanded.emit(result)
 
     def _on_failed(self, _text: str) -> None:
@@ -91,13 +100,11 @@ class Branches(QObject):
         self.window.stop_reason.setText("")  # it said "Expanding the tree..."; the status bar says how it went
 
     def _on_compared(self, prefix: str, left, right) -> None:
+        """left: the branch of the row the person chose; right: the active branch (the text)."""
         if self.dialog is None:
             self.dialog = BranchCompare(self.window)
-        titles = [self._title(steps) for steps in (left, right)]
+        titles = [f"{name}: {len(steps)} token{'s' * (len(steps) != 1)}" if steps else f"{name}: ends at the branch point"
+                  for name, steps in (("this branch", left), ("the text's branch", right))]  # fmt: skip
         self.dialog.show_branches(prefix, list(left), list(right), *titles)
         self.dialog.show()
         self.dialog.raise_()
-
-    @staticmethod
-    def _title(steps) -> str:
-        return "(the branch point itself)" if not steps else f"{len(steps)} tokens from the branch point"

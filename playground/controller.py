@@ -22,6 +22,7 @@ from .session_view import KnownSession
 from .worker import LOAD_CANCELLED, WorkerThread
 
 TRACE_WAIT_S = 10.0  # the worker makes a trace between two steps: milliseconds, unless it is loading a model
+STALE_SEEDS = "The text changed since those seeds ran: run them again from where it is now"
 PREVIEW_DELAY_MS = 40  # after a run, the next token's distribution is computed once no new run has begun
 
 
@@ -241,6 +242,7 @@ class Controller(QObject):
         self.window.token_view.show_session("", [])
         self.window.uncertainty_strip.clear_prompt()
         self.window.tree_panel.clear()
+        self.window.seeds_panel.clear()
         self.comparing.text_changed()  # no text: an open comparison is cleared until there is one
         self.window.chart.clear()
         self.window.stop_reason.setText("")
@@ -456,6 +458,7 @@ class Controller(QObject):
             return
         self.feed.pending.clear()
         self.window.token_view.show_session(prompt, steps)
+        self.window.seeds_panel.clear(STALE_SEEDS)
 
     def _on_preview(self, candidates, stopped) -> None:
         if self.known.discarding:
@@ -517,6 +520,7 @@ class Controller(QObject):
         self.window.replay_action.setEnabled(False)
         self.feed.pending.clear()
         self.window.token_view.show_session(prompt, steps)
+        self.window.seeds_panel.clear(STALE_SEEDS)
         self.comparing.text_changed()
         self.window.stop_reason.setText(f"Replayed: {stop_text(stopped)}" if stopped else "Replayed")
         shown = (f"The view now shows the replayed run ({len(steps)} steps); open the trace again to see the "
@@ -527,6 +531,7 @@ class Controller(QObject):
         self.message.emit(report.summary())
 
     def _begin_run(self) -> None:
+        self.window.seeds_panel.clear(STALE_SEEDS)
         self.window.token_view.select(-1)
         self.feed.stopped = None
         self.running = True  # until the worker says otherwise (busyChanged, or failed before starting)

@@ -70,7 +70,7 @@ class GenerationWorker(QObject):
     treeChanged = Signal(bool, object, object)  # (a new tree, its nodes made or changed since the last:
     #                                              engine.core.tree.NodeView, the node of each step)
     expandProgress = Signal(int, int)  # (nodes made, nodes expected) while the tree is expanded
-    expandDone = Signal(object, float)  # (engine.ExpandResult, seconds it took)
+    expandDone = Signal(object, float, bool)  # (engine.ExpandResult, seconds it took, from before the end token)
     branchesCompared = Signal(str, object, object)  # (the text up to where two branches part, their steps after)
     insideReady = Signal(object)  # an InsideShown: the Inside tab's numbers for one position of the text
 
@@ -441,11 +441,19 @@ class GenerationWorker(QObject):
                 last = time.perf_counter()
                 self.expandProgress.emit(done, expected)
 
+        node = request["node"]
+        ends = (
+            0 < node < len(session.tree.nodes) and session.tree.nodes[node].step.token_id in session.model.end_token_ids
+        )
+        if ends:  # the end of a story: what else could have come instead of the end
+            node = session.tree.nodes[node].parent
+        settings = {**request["settings"], "max_new_tokens": session.settings.max_new_tokens}
         try:
-            if request["node"] != (session.path[-1] if session.path else 0):
-                session.goto(request["node"])
+            session.check_expansion(node, settings, **request["params"])  # refused: nothing moves
+            if node != (session.path[-1] if session.path else 0):
+                session.goto(node)
                 self.redraw.emit(session.prompt_text, list(session.steps))
-            session.update_settings(**{**request["settings"], "max_new_tokens": session.settings.max_new_tokens})
+            session.update_settings(**settings)
             result = session.expand(**request["params"], progress=progress, cancelled=self._stop.is_set)
         except ValueError as error:
             self.failed.emit(f"could not expand the tree: {error}")
@@ -453,7 +461,7 @@ class GenerationWorker(QObject):
         finally:
             self.busyChanged.emit(False)
             self._publish()
-        self.expandDone.emit(result, time.perf_counter() - start)
+        self.expandDone.emit(result, time.perf_counter() - start, bool(ends))
         self._emit_preview()
 
     @Slot(int)

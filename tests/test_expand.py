@@ -191,10 +191,11 @@ def test_the_active_branch_alone_exports_and_replays(story_model, tmp_path):
 def test_children_picks_by_probability_then_id():
     ids = np.arange(6)
     probs = np.array([0.1, 0.3, 0.3, 0.0, 0.2, 0.1], dtype=np.float32)
-    assert children(ids, probs, 2, None) == [(1, pytest.approx(0.3)), (2, pytest.approx(0.3))]
-    assert [t for t, _ in children(ids, probs, None, 0.7)] == [1, 2, 4]
-    assert [t for t, _ in children(ids, probs, None, 1.0)] == [1, 2, 4, 0, 5]  # never the token of p 0
-    assert [t for t, _ in children(ids, probs, 2, 0.9)] == [1, 2]
+    assert children(ids, probs, 2, 10) == [(1, pytest.approx(0.3)), (2, pytest.approx(0.3))]
+    assert [t for t, _ in children(ids, probs, None, 10, 0.7)] == [1, 2, 4]
+    assert [t for t, _ in children(ids, probs, None, 10, 1.0)] == [1, 2, 4, 0, 5]  # never the token of p 0
+    assert [t for t, _ in children(ids, probs, 2, 10, 0.9)] == [1, 2]
+    assert [t for t, _ in children(ids, probs, None, 3, 1.0)] == [1, 2, 4]  # no more than the budget's room
 
 
 def test_llamacpp_expansion_matches_a_session_standing_there(smollm2_llamacpp):

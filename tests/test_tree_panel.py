@@ -81,7 +81,7 @@ def test_a_split_row_takes_the_old_rows_children(panel):
     panel.update_tree(False, [NodeView(6, 1, "z", 0.5, "model")], [1, 2, 3, 4])
     assert rows(panel) == [(0, "(prompt)", False), (1, "0.50  a", True), (2, "0.50  bc", True),
                            (3, "0.50  x  ⟶ p 6.2e-02", True), (3, "0.50  y  ⟶ p 6.2e-02", False),
-                           (2, "0.50  z  ⟶ p 2.5e-01", False)]  # fmt: skip
+                           (2, "0.50  z  ⟶ p 0.25", False)]  # fmt: skip
 
 
 def test_updates_change_rows_in_place_and_scroll_only_when_the_end_moves(panel, monkeypatch):
@@ -101,12 +101,12 @@ def test_updates_change_rows_in_place_and_scroll_only_when_the_end_moves(panel, 
 def test_the_active_branch_is_bold_and_a_path_change_restyles(panel):
     panel.update_tree(True, [*chain(1, 0, "ab"), *chain(3, 1, "xy"), *chain(5, 0, "q")], [1, 2])
     bold = {text for _d, text, b in rows(panel) if b}
-    assert bold == {"0.50  a", "0.50  b  ⟶ p 2.5e-01"}
+    assert bold == {"0.50  a", "0.50  b  ⟶ p 0.25"}
     panel.update_tree(False, [], [1, 3, 4])
-    assert {text for _d, text, b in rows(panel) if b} == {"0.50  a", "0.50  xy  ⟶ p 1.2e-01"}
+    assert {text for _d, text, b in rows(panel) if b} == {"0.50  a", "0.50  xy  ⟶ p 0.12"}
     assert not panel.row_of(2).font(0).bold() and panel.row_of(4).font(0).bold()
     panel.update_tree(False, [], [5])
-    assert [text for _d, text, b in rows(panel) if b] == ["0.50  q  ⟶ p 5.0e-01"]
+    assert [text for _d, text, b in rows(panel) if b] == ["0.50  q  ⟶ p 0.50"]
 
 
 def test_deleting_a_node_removes_its_subtree(panel):
@@ -114,12 +114,12 @@ def test_deleting_a_node_removes_its_subtree(panel):
     assert len(rows(panel)) == 6
     gone = [NodeView(n, p, t, 0.5, "model", deleted=True) for n, p, t in ((3, 1, "x"), (4, 3, "y"), (5, 4, "m"), (6, 4, "n"))]  # fmt: skip
     panel.update_tree(False, gone, [1, 2])
-    assert texts(panel) == ["(prompt)", "0.50  ab  ⟶ p 2.5e-01"]  # "a" has one child again: one row
+    assert texts(panel) == ["(prompt)", "0.50  ab  ⟶ p 0.25"]  # "a" has one child again: one row
     assert panel.summary.text() == "2 tokens in 1 branch"
     with pytest.raises(KeyError):
         panel.row_of(3)
     panel.update_tree(False, chain(7, 2, "c"), [1, 2, 7])  # and it goes on incrementally
-    assert texts(panel) == ["(prompt)", "0.50  abc  ⟶ p 1.2e-01"]
+    assert texts(panel) == ["(prompt)", "0.50  abc  ⟶ p 0.12"]
     panel.update_tree(False, [NodeView(2, 1, "B", 0.1, "model")], [1, 2, 7])  # a record completed later
     assert texts(panel) == ["(prompt)", "0.50  aBc  ⟶ p 2.5e-02"]
 
@@ -128,8 +128,8 @@ def test_marks_pins_names_and_unvisited_expansions(panel):
     panel.update_tree(True, [*chain(1, 0, "ab"), NodeView(3, 2, "r", 1.0, "rule"), NodeView(4, 2, "t", 0.5, "tool"),
                              NodeView(5, 1, "e", 0.2, "expanded", expanded=True),
                              NodeView(6, 5, "f", 0.5, "expanded", expanded=True)], [1, 2, 3])  # fmt: skip
-    assert texts(panel) == ["(prompt)", "0.50  a", "0.50  b", "1.00 [rule]  r  ⟶ p 2.5e-01",
-                            "0.50 [tool]  t  ⟶ p 1.2e-01", "0.20 [expanded]  ef  ⟶ p 5.0e-02"]  # fmt: skip
+    assert texts(panel) == ["(prompt)", "0.50  a", "0.50  b", "1.00 [rule]  r  ⟶ p 0.25",
+                            "0.50 [tool]  t  ⟶ p 0.12", "0.20  ef  ⟶ p 5.0e-02"]  # fmt: skip
     expanded = panel.row_of(5)
     assert panel.is_unvisited(expanded) and not panel.is_unvisited(panel.row_of(3))
     assert expanded.font(0).italic() and expanded.foreground(0).color().name() == "#808080"
@@ -137,13 +137,13 @@ def test_marks_pins_names_and_unvisited_expansions(panel):
     assert panel.summary.text() == "6 tokens in 3 branches, 2 expanded not visited"
     # walked into: the mark goes, and the walked node joins its parent's row (one child, both walked)
     panel.update_tree(False, [NodeView(5, 1, "e", 0.2, "expanded", pinned=True, name="hero")], [1, 5])
-    assert texts(panel)[-2:] == ["📌 «hero» 0.20  e", "0.50 [expanded]  f  ⟶ p 5.0e-02"]
+    assert texts(panel)[-2:] == ["⚑ «hero» 0.20  e", "0.50  f  ⟶ p 5.0e-02"]
     assert not panel.is_unvisited(panel.row_of(5)) and panel.is_unvisited(panel.row_of(6))
     assert not panel.row_of(5).font(0).italic() and panel.row_of(6).font(0).italic()
     assert panel.row_of(5).font(0).bold() and not panel.row_of(6).font(0).bold()
     assert panel.summary.text() == "6 tokens in 3 branches, 1 expanded not visited"
     panel.update_tree(False, [NodeView(6, 5, "f", 0.5, "expanded")], [1, 5, 6])
-    assert texts(panel)[-1] == "📌 «hero» 0.20  ef  ⟶ p 5.0e-02" and panel.summary.text() == "6 tokens in 3 branches"
+    assert texts(panel)[-1] == "⚑ «hero» 0.20  ef  ⟶ p 5.0e-02" and panel.summary.text() == "6 tokens in 3 branches"
 
 
 def test_walking_into_an_expansion_joins_its_rows_to_the_branch(panel, qapp):
@@ -152,9 +152,9 @@ def test_walking_into_an_expansion_joins_its_rows_to_the_branch(panel, qapp):
     views.update({v.id: v for v in [*chain(3, 2, "cd", expanded=True), *chain(5, 4, "e", expanded=True),
                                     *chain(6, 4, "f", expanded=True)]})  # fmt: skip
     panel.update_tree(True, list(views.values()), [1, 2])
-    assert rows(panel) == [(0, "(prompt)", False), (1, "0.50  ab", True), (2, "0.50 [expanded]  cd", False),
-                           (3, "0.50 [expanded]  e  ⟶ p 3.1e-02", False),
-                           (3, "0.50 [expanded]  f  ⟶ p 3.1e-02", False)]  # fmt: skip
+    assert rows(panel) == [(0, "(prompt)", False), (1, "0.50  ab", True), (2, "0.50  cd", False),
+                           (3, "0.50  e  ⟶ p 3.1e-02", False),
+                           (3, "0.50  f  ⟶ p 3.1e-02", False)]  # fmt: skip
     for walked, path in ((3, [1, 2, 3]), (4, [1, 2, 3, 4]), (6, [1, 2, 3, 4, 6])):
         views[walked] = NodeView(**{**views[walked].__dict__, "expanded": False})
         panel.update_tree(False, [views[walked]], path)
@@ -162,7 +162,7 @@ def test_walking_into_an_expansion_joins_its_rows_to_the_branch(panel, qapp):
         fresh.update_tree(True, list(views.values()), path)
         assert rows(panel) == rows(fresh)
         fresh.deleteLater()
-    assert rows(panel) == [(0, "(prompt)", False), (1, "0.50  abcd", True), (2, "0.50 [expanded]  e  ⟶ p 3.1e-02", False),
+    assert rows(panel) == [(0, "(prompt)", False), (1, "0.50  abcd", True), (2, "0.50  e  ⟶ p 3.1e-02", False),
                            (2, "0.50  f  ⟶ p 3.1e-02", True)]  # fmt: skip
     assert panel.row_of(3) is panel.row_of(1) and panel.row_of(6).parent() is panel.row_of(1)
 
@@ -402,9 +402,9 @@ def test_the_branch_comparison_lines_up_two_branches(qtbot):
     assert "forced" in table.item(1, 0).toolTip() and "rule" in table.item(2, 2).toolTip()
     assert table.item(1, 0).background().color() != table.item(0, 0).background().color()
     assert table.item(0, 0).background().style() == Qt.BrushStyle.NoBrush
-    assert dialog.summary.text() == "left: 2 tokens, p 2.0e-01 · right: 3 tokens, p ?"
+    assert dialog.summary.text() == "left: 2 tokens, p 0.20 · right: 3 tokens, p ?"
     dialog.show_branches("", [], right[:2], "l", "r")
-    assert table.rowCount() == 2 and dialog.summary.text() == "left: 0 tokens, p 1.0e+00 · right: 2 tokens, p 7.3e-02"
+    assert table.rowCount() == 2 and dialog.summary.text() == "left: 0 tokens, p 1.00 · right: 2 tokens, p 7.3e-02"
 
 
 def test_the_seeds_tree_shows_how_many_seeds_took_each_way(qtbot):
@@ -461,4 +461,4 @@ def test_a_deep_tree_is_replaced(panel):
     panel.update_tree(True, chain(1, 0, "ab"), [1, 2])
     while panel._old_rows:
         panel._drop_old_rows()  # what the panel's timer runs (bench/tree_view_speed.py times it)
-    assert texts(panel) == ["(prompt)", "0.50  ab  ⟶ p 2.5e-01"] and not panel._old_rows
+    assert texts(panel) == ["(prompt)", "0.50  ab  ⟶ p 0.25"] and not panel._old_rows

@@ -51,3 +51,5 @@ def test_seeds_from_a_later_point_continue_it(qtbot, window):
     seed = rows.item(0).data(Qt.ItemDataRole.UserRole)
     generate(qtbot, window)
     assert window.token_view.whole_text() == text + run.continuation(seed)
+    assert rows.count() == 0  # the text moved on: the old seeds' list would not write what it says any more
+    assert child(window, QLabel, "seedSummary").text().startswith("The text changed since those seeds ran")

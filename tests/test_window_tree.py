@@ -71,12 +71,12 @@ def test_expanding_walking_in_naming_pinning_deleting_comparing_and_exporting(qt
     text, panel = window.token_view.whole_text(), window.tree_panel
     result = expand_from_end(qtbot, window)
     assert len(result.nodes) == 20 and result.levels == 3  # 3 + 9 and the 8 likeliest of the third level
-    assert window.message_label.text().startswith("Expanded 20 nodes, 3 levels in")
+    assert window.message_label.text().startswith("Expanded: 20 new nodes, 3 levels, in")
     assert "20 expanded not visited" in child(window, QLabel, "treeSummary").text()
     assert window.token_view.whole_text() == text  # the text stays where it was
     leaf = result.leaves[0][0]
     leaf_row = panel.row_of(leaf)
-    assert leaf_row.font(0).italic() and "[expanded]" in leaf_row.text(0)
+    assert leaf_row.font(0).italic() and panel.is_unvisited(leaf_row)
     # walk into the likeliest leaf: the view shows its branch, its nodes are no longer marked
     with qtbot.waitSignal(window.controller.idle, timeout=WAIT):
         qtbot.mouseClick(panel.tree.viewport(), Qt.MouseButton.LeftButton,
@@ -90,7 +90,7 @@ def test_expanding_walking_in_naming_pinning_deleting_comparing_and_exporting(qt
     panel.menu_for(leaf).findChild(QAction, "renameBranchAction").trigger()
     qtbot.waitUntil(lambda: "«likeliest»" in panel.row_of(leaf).text(0), timeout=WAIT)
     panel.menu_for(leaf).findChild(QAction, "pinBranchAction").trigger()
-    qtbot.waitUntil(lambda: panel.row_of(leaf).text(0).startswith("📌"), timeout=WAIT)
+    qtbot.waitUntil(lambda: panel.row_of(leaf).text(0).startswith("⚑"), timeout=WAIT)
     other = next(n for n, _ in result.leaves if n not in session.path)
     on_text = panel.menu_for(session.path[-3]).findChild(QAction, "deleteBranchAction")
     assert not on_text.isEnabled() and "go to another branch first" in on_text.toolTip()
@@ -133,10 +133,32 @@ def test_cancel_keeps_the_levels_finished(qtbot, window):
         qtbot.mouseClick(cancel, Qt.MouseButton.LeftButton)
     result = done.args[0]
     assert result.cancelled and result.levels < 8 and len(result.nodes) < 10000
-    assert window.message_label.text().startswith(
-        f"Expanded {len(result.nodes)} nodes, {result.levels} levels cancelled"
-    )
+    assert window.message_label.text().startswith(f"Cancelled: kept {result.new} new nodes, the {result.levels} levels")
     qtbot.waitUntil(lambda: not cancel.isVisible() and window.stop_reason.text() == "", timeout=WAIT)
     session = window.session()
     assert len(session.tree.nodes) == len(session.path) + 1 + len(result.nodes)
     assert engine.replay(session.trace(), window.model).identical
+
+
+def test_expanding_a_finished_story_and_a_refused_expansion_that_moves_nothing(qtbot, window):
+    type_prompt(qtbot, window, "mia has a red ball.")
+    generate(qtbot, window)
+    session, text, panel = window.session(), window.token_view.whole_text(), window.tree_panel
+    assert session.stopped == "end of story"
+    end = session.path[-1]
+    result = expand_from_end(qtbot, window, depth=2, budget=6)  # from the step before the end: its other choices
+    assert "from the step before the text's end (the text went back there" in window.message_label.text()
+    assert session.tree.nodes[result.nodes[0]].parent == session.path[-1] == session.tree.nodes[end].parent
+    assert end in result.nodes and result.new == 6 - 1  # the end token is among the likeliest: it was there
+    window.controller.flush()
+    text = window.token_view.whole_text()
+    assert text == session.text
+    # a row that is not the text's, a depth past the context: refused before anything moves
+    before = (session.text, len(session.actions), list(session.path))
+    panel.tree.setCurrentItem(panel.row_of(result.nodes[0]))
+    child(window, QSpinBox, "expandDepth").setValue(64)
+    qtbot.mouseClick(child(window, QPushButton, "expandButton"), Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: "goes past the context" in window.message_label.text(), timeout=WAIT)
+    qtbot.waitUntil(lambda: not window.controller.branches.expanding, timeout=WAIT)
+    assert (session.text, len(session.actions), list(session.path)) == before
+    assert window.token_view.whole_text() == text and child(window, QPushButton, "expandButton").isEnabled()

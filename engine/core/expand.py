@@ -16,6 +16,7 @@ A level joins the tree only once it is complete: Cancel keeps the finished level
 the expansion with the levels it finished, so replay makes the very same nodes.
 """
 
+import heapq
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
@@ -64,14 +65,16 @@ class ExpandResult:
     leaves: tuple[tuple[int, float], ...]  # (node, its sequence's probability from the start), most probable first
     levels: int  # levels finished
     cancelled: bool
+    new: int = 0  # nodes the tree did not have before (the others were there: the text's own, an earlier expansion's)
 
 
-def children(token_ids, probs, top_k: int | None, coverage: float | None) -> list[tuple[int, float]]:
+def children(token_ids, probs, top_k: int | None, most: int, coverage: float | None = None) -> list[tuple[int, float]]:
     """[n] ids, [n] probabilities -> (token id, probability) of the children: the most probable first (ties:
-    lower id), top_k of them, or as many as hold `coverage` (whichever is fewer); never a token of p 0."""
+    lower id), top_k of them, or as many as hold `coverage` (whichever is fewer), and never more than `most`
+    (what the budget has room for); never a token of p 0."""
     inside = probs > 0
     token_ids, probs = token_ids[inside], probs[inside]
-    limit = len(probs) if top_k is None else min(top_k, len(probs))
+    limit = min(len(probs), most) if top_k is None else min(top_k, len(probs), most)
     if coverage is not None and limit > 256:  # a likely case: the few best hold the coverage
         best = np.argpartition(-probs, 255)[:256]
         if float(probs[best].sum(dtype=np.float64)) >= coverage:
@@ -102,7 +105,9 @@ def expand(context, model, ids: list[int], start: int, settings, expansion: Expa
     levels = 0
     try:
         for _level in range(expansion.depth):
-            made = []  # (sequence probability, order, parent, parent's ids, token id, step)
+            room = expansion.budget - len(reached)
+            kept = []  # a min-heap of the level's likeliest: ((sequence probability, -order), parent, ids, token, step)
+            order = 0
             for parent, path, p in frontier:
                 if cancelled is not None and cancelled():
                     return _result(reached, leaves, levels, True)
@@ -112,18 +117,23 @@ def expand(context, model, ids: list[int], start: int, settings, expansion: Expa
                 held = path
                 row = dists.raw if expansion.raw else dists.final.probs
                 ids_of_row = np.arange(len(row)) if expansion.raw else dists.final.token_ids()
-                chosen = children(ids_of_row, row, expansion.top_k, expansion.coverage)
-                steps = context.alternatives(path, settings, [t for t, _ in chosen], dists)
-                made += [
-                    (p * q, len(made) + i, parent, path, t, step) for i, ((t, q), step) in enumerate(zip(chosen, steps))
-                ]
+                for token_id, q in children(
+                    ids_of_row, row, expansion.top_k, min(room, MAX_CHILDREN), expansion.coverage
+                ):
+                    key = (p * q, -order)  # ties: the one made first
+                    order += 1
+                    if len(kept) == room and key <= kept[0][0]:
+                        continue  # it would not be kept: no record is made for it
+                    (step,) = context.alternatives(path, settings, [token_id], dists)
+                    entry = (key, parent, path, token_id, step)
+                    (heapq.heappush if len(kept) < room else heapq.heapreplace)(kept, entry)
                 if progress is not None:
-                    progress(len(reached) + len(made), expected)
-            room = expansion.budget - len(reached)
-            if len(made) > room:  # the likeliest sequences, then back in the order they were made
-                made = sorted(sorted(made, key=lambda m: (-m[0], m[1]))[:room], key=lambda m: m[1])
+                    progress(len(reached) + len(kept), expected)
+            made = [
+                (key[0], parent, path, t, step) for key, parent, path, t, step in sorted(kept, key=lambda e: -e[0][1])
+            ]
             frontier = []
-            for q, _, parent, path, token_id, step in made:
+            for q, parent, path, token_id, step in made:
                 node = add(parent, step)
                 reached.append(node)
                 leaves[node] = q

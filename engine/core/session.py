@@ -226,35 +226,57 @@ class Session:
         are marked expanded until the text goes through them (goto); the text itself does not change.
         progress(nodes, expected) and cancelled() -> True (Cancel keeps the finished levels) are for the
         window. Logged with the levels finished, so replay makes the same nodes. -> ExpandResult."""
-        from engine.core.expand import Expansion, expand
+        from engine.core.expand import expand
 
-        expansion = Expansion(top_k, coverage, depth, budget, raw)  # validates
-        if not self.model.capabilities.full_distribution:
-            raise ValueError("expanding the tree needs every token's score: a server gives only its top few")
-        room = self.model.context_length - len(self.ids)
-        if depth > room:
-            raise ValueError(f"depth {depth} goes past the context: {room} of the model's "
-                             f"{self.model.context_length} positions are left after the text")  # fmt: skip
-        if self.steps and self.ids[-1] in self.model.end_token_ids or self._ended_at == len(self.steps):
-            raise ValueError("the text has ended here: expand from a node before its end")
-        if self.settings.grammar is not None:
-            raise ValueError("expansion does not follow a grammar: clear the grammar first")
-        if self._healing is not None:
-            raise ValueError("token healing is still spelling the end of the text: take a step first")
-        if not raw and self.settings.active("xtc"):
-            raise ValueError("XTC removes tokens at random: expand under the raw model, or turn XTC off")
+        start = self.path[-1] if self.path else 0
+        expansion = self.check_expansion(start, {}, top_k, coverage, depth, budget, raw)
         self.interrupt()
         state = {"draws_before": self._draws, "draws_after": self._draws, "epoch": self._epochs[-1]}
 
         def add(parent: int, step: Step) -> int:  # walking into the node later stands where the text is now
             return self.tree.add(parent, step, expanded=True, raw=raw, **state)
 
-        start = self.path[-1] if self.path else 0
+        before = len(self.tree.nodes)
         result = expand(self._context, self.model, list(self.ids), start, self.settings, expansion, add,
                         progress, cancelled)  # fmt: skip
         if result.levels:
             self._log({"kind": "expand", **expansion.to_dict(), "depth": result.levels})
-        return result
+        return replace(result, new=len(self.tree.nodes) - before)
+
+    def check_expansion(self, node_id, changes: dict, top_k=3, coverage=None, depth=3, budget=200, raw=False):
+        """The expansion below this node of the tree, under the settings with these changes, or a ValueError
+        saying why it cannot be (nothing changes either way): the window checks before it goes there."""
+        from engine.core.expand import Expansion
+
+        expansion = Expansion(top_k, coverage, depth, budget, raw)  # validates
+        if not self.model.capabilities.full_distribution:
+            raise ValueError("expanding the tree needs every token's score: a server gives only its top few")
+        path = self.tree.path(node_id)  # ValueError: no such node
+        room = self.model.context_length - len(self.prompt_ids) - len(path)
+        if depth > room:
+            raise ValueError(f"depth {depth} goes past the context: {room} of the model's "
+                             f"{self.model.context_length} positions are left after the text")  # fmt: skip
+        here = path == self.path
+        last = self.tree.nodes[path[-1]] if path else None
+        ended = last is not None and last.step.token_id in self.model.end_token_ids
+        if ended or (here and self._ended_at == len(self.steps)):  # an end token, or the server said stop
+            raise ValueError("the text has ended here: expand from a node before its end")
+        settings = (
+            replace(self.settings, **_known(changes)).check_vocab(self.model.vocab_size) if changes else self.settings
+        )
+        if settings.grammar is not None:
+            raise ValueError("expansion does not follow a grammar: clear the grammar first")
+        if here:
+            healing = self._healing
+        elif last is not None:
+            healing = last.healing_after
+        else:  # the prompt: what healing had to spell before the first step
+            healing = self._healing_before[0] if self._healing_before else self._healing
+        if healing is not None:
+            raise ValueError("token healing is still spelling the end of the text: take a step first")
+        if not raw and settings.active("xtc"):
+            raise ValueError("XTC removes tokens at random: expand under the raw model, or turn XTC off")
+        return expansion
 
     # --- the tree ----------------------------------------------------------------------------------
     def delete_branch(self, node_id) -> None:

@@ -66,7 +66,13 @@ class BranchCompare(QDialog):
     def _cells(step) -> tuple[QTableWidgetItem, QTableWidgetItem]:
         if step is None:
             return QTableWidgetItem(""), QTableWidgetItem("")
-        p = "?" if step.probability is None else f"{step.probability:.3f}"
+        p = (
+            "?"
+            if step.probability is None
+            else f"{step.probability:.3f}"
+            if step.probability >= 0.001 or step.probability == 0
+            else f"{step.probability:.0e}"
+        )
         token, probability = QTableWidgetItem(shown(step.token)), QTableWidgetItem(p)
         probability.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         tip = f"<code>{html.escape(repr(step.token))}</code>, p {p}: {WHY.get(step.source, 'drawn from the model')}"

@@ -73,6 +73,16 @@ class SeedsPanel(QWidget):
     def set_running(self, running: bool) -> None:
         self.run_button.setEnabled(not running)
 
+    def clear(self, why: str = "") -> None:
+        """Forget the run shown (the text it started from changed), saying why."""
+        if not self.completions.count() and not self.seed_tree.topLevelItemCount():
+            return
+        self.completions.clear()
+        if self.seed_tree.topLevelItemCount():
+            free_rows([self.seed_tree.takeTopLevelItem(0), *self._seed_rows])
+            self._seed_rows = []
+        self.summary.setText(why)
+
     def show_run(self, run, seconds: float, measure: dict | None) -> None:
         """A SeedRun: its continuations by frequency, and a summary (the story model's measure, if given)."""
         completions = run.completions()

@@ -32,6 +32,7 @@ from engine import NodeView
 from .expand_controls import ExpandControls
 
 MARKS = {"forced": "forced", "rule": "rule", "tool": "tool"}  # the steps the model did not choose
+PIN = "⚑"  # a pinned branch (a flag every common font has; an emoji may have no glyph)
 LAST = Qt.ItemDataRole.UserRole  # a row's last node (the node a click goes to)
 UNVISITED = QColor(128, 128, 128)
 TIP_ROWS = 40  # tokens listed in a row's tooltip
@@ -54,11 +55,13 @@ def log10_of(probability) -> float:
 
 
 def probability_text(log10p: float) -> str:
-    """A product of probabilities kept as its log10 (no underflow on long texts) -> "3.1e-04"."""
+    """A product of probabilities kept as its log10 (no underflow on long texts) -> "0.42", "3.1e-04"."""
     if math.isnan(log10p):
         return "?"
     if log10p == -math.inf:
         return "0"
+    if log10p >= -1:  # 0.1 and above: as the rows' own probabilities are written
+        return f"{10**log10p:.2f}"
     if log10p > -300:  # within a float: formatted in C
         return f"{10**log10p:.1e}"
     exponent = math.floor(log10p)
@@ -384,11 +387,11 @@ class TreePanel(QWidget):
         item.setData(0, LAST, self.runs[head][-1])
 
     def _row_text(self, head: int) -> str:
-        """📌 (a pin in it), «names», the first step's probability and mark, the tokens; a leaf row ends with
+        """⚑ (a pin in it), «names», the first step's probability and mark, the tokens; a leaf row ends with
         its sequence's probability."""
         views, last = self.views, self.runs[head][-1]
         first = views[head]
-        mark = " [expanded]" if first.expanded else f" [{MARKS[first.source]}]" if first.source in MARKS else ""
+        mark = f" [{MARKS[first.source]}]" if first.source in MARKS else ""  # an expansion's: italic grey instead
         p = _short(first.probability)
         body = self._body[head]
         if len(body) > ROW_CHARS:  # drawing elides it anyway; eliding a long text costs ms per paint
@@ -397,7 +400,7 @@ class TreePanel(QWidget):
         if self._named:
             text = "".join(f"«{views[n].name}» " for n in self._marked(head, self._named)) + text
         if self._pinned and self._marked(head, self._pinned):
-            text = "📌 " + text
+            text = PIN + " " + text
         if not self.children[last]:
             text += f"  ⟶ p {probability_text(self._logp[last])}"
         return text
