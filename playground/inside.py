@@ -30,6 +30,7 @@ class InsideShown:
 class LookingInside(QObject):
     lookRequested = Signal(object)  # to the worker: {"index": step or -1, "key": ...}
     shown = Signal(object)  # for outside observers (tests): the InsideShown the tab now shows
+    steerRequested = Signal(object)  # to the worker: Session.steer_heads' scales
 
     def __init__(self, window, worker, model, busy, show_selected, flush):
         """model() -> the window's model; busy() -> a run or a load goes on; show_selected() puts the selected
@@ -44,6 +45,9 @@ class LookingInside(QObject):
         worker.insideReady.connect(self._on_ready)
         window.side_tabs.currentChanged.connect(lambda _index: self.refresh())
         self.panel.layerChosen.connect(self.show_layer)
+        self.panel.headsSteered.connect(self.steer)
+        self.steerRequested.connect(worker.steer_heads)
+        worker.headsSteered.connect(self._on_steered)
         self.panel.show_waiting("Select a token, or pause, to look inside the model")
 
     def model_changed(self, model) -> None:
@@ -73,6 +77,19 @@ class LookingInside(QObject):
         self._asked = key
         self.panel.show_waiting("Looking inside...")
         self.lookRequested.emit({"index": index, "key": key})
+
+    def steer(self, scales) -> None:
+        """Ablate or put back heads (the panel's buttons): the session reads the text through them from the
+        next step on; the chart's next token and this tab follow."""
+        if self.busy():
+            self.window.controller.show_error("Busy: steer the heads once the model is free")
+            return
+        self.steerRequested.emit(list(scales))
+
+    def _on_steered(self, scales) -> None:
+        self.panel.show_scales(scales)
+        self._asked = None  # the same position reads differently now
+        self.refresh()
 
     def _on_ready(self, shown: InsideShown) -> None:
         if shown.key != self._asked:

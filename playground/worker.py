@@ -73,6 +73,7 @@ class GenerationWorker(QObject):
     expandDone = Signal(object, float, bool)  # (engine.ExpandResult, seconds it took, from before the end token)
     branchesCompared = Signal(str, object, object)  # (the text up to where two branches part, their steps after)
     insideReady = Signal(object)  # an InsideShown: the Inside tab's numbers for one position of the text
+    headsSteered = Signal(object)  # the session's head scales now: ((layer, head, factor), ...)
 
     def __init__(self, model):
         super().__init__()
@@ -111,6 +112,7 @@ class GenerationWorker(QObject):
             self.failed.emit(str(error))
             return
         self.session, self._prompt_unscored = session, True
+        self.headsSteered.emit(())  # a new session reads through the model as trained
         self._publish()
         self.redraw.emit(session.prompt_text, [])
         then = request.get("then")
@@ -281,6 +283,7 @@ class GenerationWorker(QObject):
             self.failed.emit(f"replay failed: {error}")
             return
         self.session, self._prompt_unscored = session, True
+        self.headsSteered.emit(())  # a new session reads through the model as trained
         self._publish()
         self.replayed.emit(report, (request, session.prompt_text, list(session.steps), session.stopped))
         self._emit_preview()
@@ -519,7 +522,7 @@ class GenerationWorker(QObject):
         ids = session.ids[: len(session.prompt_ids) + index] if index >= 0 else session.ids
         chosen = session.steps[index] if index >= 0 else None
         try:
-            view = engine.inside_view(self.model, ids)
+            view = engine.inside_view(self.model, ids, head_scales=session.head_table)
         except ValueError as error:
             self.failed.emit(f"could not look inside the model: {error}")
             return
@@ -532,6 +535,13 @@ class GenerationWorker(QObject):
             chosen_id=None if chosen is None else chosen.token_id, chosen_text=None if chosen is None else chosen.token,
             layers=engine.layer_candidates(view, lambda i: text_of([i])),
         ))  # fmt: skip
+
+    @Slot(object)
+    def steer_heads(self, scales) -> None:
+        """Scale (0: ablate) attention heads from the next step on (Session.steer_heads); the chart's next token
+        follows."""
+        if self._command(lambda session: session.steer_heads(scales), emit=True):
+            self.headsSteered.emit(self.session.head_scales)
 
     @Slot()
     def drop_second_model(self) -> None:

@@ -120,3 +120,53 @@ def test_the_colour_copying_head_of_the_story_model(story_model):
     means = weight_on_colour(story_model, split()[1])
     assert means.shape == (1, 8) and int(means.argmax()) == 3
     assert means[0, 3] > 0.7 and np.sort(means[0])[-2] < 0.6
+
+
+GOLD = "ben has a gold toy. ben goes to the barn. at the barn, ben gives the toy to leo. now leo has the"
+
+
+def test_ablating_the_colour_head_changes_the_next_token_as_the_forward_pass_says(story_model, tmp_path):
+    session = engine.Session(story_model, GOLD, max_new_tokens=4)
+    gold = story_model.tokenizer.encode(" gold")[0]
+    before = session.peek()
+    assert session.steer_heads([(0, 3, 0.0)]) == ((0, 3, 0.0),)
+    after = session.peek()
+    table = np.ones((1, 8), dtype=np.float32)
+    table[0, 3] = 0.0
+    direct = softmax(story_model.forward_cached(session.ids, story_model.new_cache(), True, head_scales=table)[0])
+    assert np.allclose([direct[i] for i in after.token_ids], after.raw, atol=1e-6)
+    assert dict(zip(after.token_ids, after.raw))[gold] < dict(zip(before.token_ids, before.raw))[gold] - 0.1
+    session.run()
+    session.steer_heads([])  # every head back, from the next step on
+    session.update_settings(max_new_tokens=8)
+    session.run()
+    assert [a["kind"] for a in session.actions].count("heads") == 2
+    engine.save_trace(session.trace(), tmp_path / "heads.json")
+    assert engine.replay(engine.load_trace(tmp_path / "heads.json"), story_model).identical
+
+
+@pytest.mark.parametrize("scales, message", [
+    ([(1, 0, 0.0)], "layer must be an int from 0 to 0"),
+    ([(0, 8, 0.0)], "head must be an int from 0 to 7"),
+    ([(0, 1, 11.0)], "a number from -10 to 10"),
+    ([(0, 1, 0.0), (0, 1, 0.5)], "scaled twice"),
+    ("0 1 0", "a list of \\(layer, head, factor\\)"),
+])  # fmt: skip
+def test_bad_head_scales_are_refused_and_change_nothing(story_model, scales, message):
+    session = engine.Session(story_model, GOLD, max_new_tokens=4)
+    with pytest.raises(ValueError, match=message):
+        session.steer_heads(scales)
+    assert session.actions == [] and session.head_scales == ()
+
+
+def test_steering_heads_needs_the_numpy_engine(smollm2_llamacpp, smollm2):
+    with pytest.raises(ValueError, match="steering its heads needs the numpy engine"):
+        engine.Session(smollm2_llamacpp, "Hello", max_new_tokens=2).steer_heads([(0, 0, 0.0)])
+    session = engine.Session(smollm2, "The capital of France is", max_new_tokens=2)
+    before = session.peek()
+    session.steer_heads([(5, 2, 0.0), (20, 1, 2.0)])
+    table = np.ones((30, 9), dtype=np.float32)
+    table[5, 2], table[20, 1] = 0.0, 2.0
+    direct = softmax(smollm2.forward_cached(session.ids, smollm2.new_cache(), True, head_scales=table)[0])
+    after = session.peek()
+    assert np.allclose([direct[i] for i in after.token_ids], after.raw, atol=1e-5) and after.raw != before.raw

@@ -5,7 +5,8 @@ without layers says so. Real window, story model (and llama.cpp's SmolLM2 for th
 import threading
 
 import numpy as np
-from PySide6.QtWidgets import QComboBox, QLabel, QSlider, QTableWidget
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QComboBox, QLabel, QPushButton, QSlider, QTableWidget
 from test_window import WAIT, child, generate, type_prompt
 from test_window_llamacpp import select
 
@@ -58,6 +59,14 @@ def test_the_lens_and_attention_of_a_selected_step(qtbot, window, monkeypatch):
     weights = expected.attention[0, 3]
     assert np.allclose(window.inside_panel.strip_weights(), weights / weights.max(), atol=1e-6)
     assert child(window, QLabel, "attentionTop").text().startswith("' gold' 0.9")
+    # ablate it: from the next step on the session reads the text without it; the trace replays it
+    with qtbot.waitSignal(window.controller.worker.headsSteered, timeout=WAIT):
+        qtbot.mouseClick(child(window, QPushButton, "ablateHeadButton"), Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: child(window, QLabel, "steeredHeads").text() == "steered: layer 1 head 4 ×0", timeout=WAIT)
+    qtbot.waitUntil(lambda: not window.controller.running, timeout=WAIT)
+    assert session.head_scales == ((0, 3, 0.0),) and session.actions[-1] == {"kind": "heads", "scales": [[0, 3, 0.0]]}
+    assert child(window, QPushButton, "ablateHeadButton").text() == "Put this head back"
+    assert engine.replay(session.trace(), window.model).identical
 
 
 def test_a_backend_without_layers_says_so(qtbot, smollm2_llamacpp, prefs):

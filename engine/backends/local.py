@@ -40,6 +40,7 @@ class LocalContext:
         self._maker = StepMaker(model.tokenizer, Settings(), self._texts)
         self._dry: dict[tuple[str, ...], object] = {}  # DRY's breakers per set of breaker strings
         self._grammar: GrammarState | None = None
+        self._head_scales: np.ndarray | None = None  # [layers, heads]: Session.steer_heads; None: as trained
 
     # --- the contract ------------------------------------------------------------------------------------
     def candidates(self, ids, text, settings, prefix: bytes | None = None) -> Candidates:
@@ -145,6 +146,13 @@ class LocalContext:
             results.append((p_settings, p_raw))
         return results
 
+    def set_head_scales(self, scales) -> None:
+        """Each head's output scaled ([layers, heads] float32, or None: as trained) in every forward pass from
+        now on: the cache is emptied, so the next step reads the whole text again with them (one batched
+        forward), the same whenever it happens (replay makes the same passes)."""
+        self._head_scales = scales
+        self.truncate(0)
+
     def truncate(self, length: int) -> None:
         self.cache.truncate(min(self.cache.length, length))
         for position in [p for p in self._rows if p > length]:
@@ -224,7 +232,8 @@ class LocalContext:
         it was."""
         start = self.cache.length
         try:
-            rows = self.model.forward_cached(token_ids, self.cache, last_only=last_only)
+            steer = {} if self._head_scales is None else {"head_scales": self._head_scales}
+            rows = self.model.forward_cached(token_ids, self.cache, last_only=last_only, **steer)
             finite = np.isfinite(rows).all(axis=-1)
             if not finite.all():
                 position = start + (int(np.argmin(finite)) if not last_only else len(token_ids) - 1)

@@ -84,10 +84,11 @@ def lens_ranks(probs, token_id: int) -> np.ndarray:  # [layers, V] -> [layers] r
     return ahead + 1
 
 
-def inside_view(model, token_ids, grid_positions: int = GRID_POSITIONS) -> InsideView:
-    """Everything the window's Inside tab shows for the next token after token_ids, from one forward pass."""
+def inside_view(model, token_ids, grid_positions: int = GRID_POSITIONS, head_scales=None) -> InsideView:
+    """Everything the window's Inside tab shows for the next token after token_ids, from one forward pass
+    (head_scales: a session's steered heads, Session.head_table)."""
     checked_model(model)
-    inside = model.inside(token_ids)
+    inside = model.inside(token_ids) if head_scales is None else model.inside(token_ids, head_scales=head_scales)
     n = inside.residuals.shape[0] - 1
     last = np.vstack([model.unembed(inside.residuals[:-1, -1]), inside.scores[None]])  # [layers + 1, V]
     t = inside.residuals.shape[1]

@@ -174,5 +174,7 @@ def _perform(session, action: dict) -> None:
         session.name_branch(action["node"], action["name"])
     elif kind == "pin":
         session.pin_branch(action["node"], action["pinned"])
+    elif kind == "heads":
+        session.steer_heads(action["scales"])
     else:
         session.rewind(action["n"])

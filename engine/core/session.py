@@ -68,6 +68,8 @@ class Session:
         self._returned = 0  # steps handed out by step(); a rule's several steps go out one per call
         self._fired: set[tuple[int, int]] = set()  # (rule index, text length) where a rule fired
         self._prompt_score = None  # score_prompt's, once asked for
+        self.head_scales: tuple[tuple[int, int, float], ...] = ()  # steer_heads': (layer, head, factor)
+        self.head_table: np.ndarray | None = None  # the same as [layers, heads] factors (None: as trained)
         self.tree = Tree()  # every step ever taken, branches kept (engine/core/tree.py)
         self.path: list[int] = []  # the tree's node of each step
 
@@ -383,6 +385,30 @@ class Session:
         self.rules = checked
         return checked
 
+    def steer_heads(self, scales) -> tuple[tuple[int, int, float], ...]:
+        """Scale attention heads' outputs from the next step on (steering from the inside): scales lists
+        (layer, head, factor), 0-based as engine.attention_weights indexes them; 0 ablates a head, [] puts every
+        head back. The next step reads the whole text again through the steered model (steps already taken keep
+        their records); a rewind or a goto keeps the scales (as set_rules). Logged, so replay repeats it. Only
+        where the engine runs the model's layers."""
+        if not self.model.capabilities.inside:
+            raise ValueError(f"{self.model.name} runs in a backend whose layers the engine does not run: "
+                             "steering its heads needs the numpy engine")  # fmt: skip
+        layers, heads = self.model.heads_shape
+        checked = _checked_scales(scales, layers, heads)
+        if checked == self.head_scales:
+            return checked
+        table = None
+        if checked:
+            table = np.ones((layers, heads), dtype=np.float32)
+            for layer, head, factor in checked:
+                table[layer, head] = factor
+        self.interrupt()
+        self._context.set_head_scales(table)
+        self._log({"kind": "heads", "scales": [list(entry) for entry in checked]})
+        self.head_scales, self.head_table = checked, table
+        return checked
+
     def rewind(self, n) -> None:
         """Drop the last n steps and their cache rows (O(1)); stepping again continues from there. The
         random state rewinds too, so with nothing else changed the same steps come again."""
@@ -676,6 +702,26 @@ def _known(samplers: dict) -> dict:
     if unknown:
         raise ValueError(f"unknown setting {unknown[0]!r}; settings are {sorted(names)}")
     return samplers
+
+
+def _checked_scales(scales, layers: int, heads: int) -> tuple[tuple[int, int, float], ...]:
+    """(layer, head, factor) entries, each head once, sorted; a factor of 1 is no change and is dropped."""
+    if isinstance(scales, (str, bytes, dict)) or not hasattr(scales, "__iter__"):
+        raise ValueError(f"scales must be a list of (layer, head, factor), got {type(scales).__name__}")
+    checked = {}
+    for entry in scales:
+        if not isinstance(entry, (list, tuple)) or len(entry) != 3:
+            raise ValueError(f"each scale is (layer, head, factor), got {entry!r:.60}")
+        layer, head, factor = entry
+        for name, value, count in (("layer", layer, layers), ("head", head, heads)):
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < count:
+                raise ValueError(f"{name} must be an int from 0 to {count - 1}, got {value!r:.40}")
+        if not isinstance(factor, (int, float)) or isinstance(factor, bool) or not -10 <= factor <= 10:
+            raise ValueError(f"a head's factor must be a number from -10 to 10 (0 ablates it), got {factor!r:.40}")
+        if (layer, head) in checked:
+            raise ValueError(f"layer {layer}, head {head} is scaled twice")
+        checked[layer, head] = float(factor)
+    return tuple((layer, head, factor) for (layer, head), factor in sorted(checked.items()) if factor != 1.0)
 
 
 def _check_grammar(model, settings: Settings) -> None:

@@ -13,7 +13,7 @@ same.
 
 "tree" holds every branch the session took (engine/core/tree.py): nodes with an id and a parent id, each with
 its step; "path" the active branch. A "goto" action puts another branch back; "expand" grows the tree
-(engine/core/expand.py); "delete", "name" and "pin" edit it. "branches": "active" marks a trace exported with
+(engine/core/expand.py); "delete", "name" and "pin" edit it; "heads" scales attention heads (Session.steer_heads). "branches": "active" marks a trace exported with
 the active branch alone (its tree is that one path, numbered 1..n; the action log is whole and replays). Schema 3 had no tree: it opens
 as one branch (its steps).
 
@@ -45,7 +45,7 @@ SCHEMA_V2 = "token-playground/trace/2"  # a step's candidates hold every stage b
 SCHEMA_V1 = "token-playground/trace/1"  # fixed stage fields (temperature, top_k, final): still opens and replays
 SCHEMAS = (SCHEMA, SCHEMA_V3, SCHEMA_V2, SCHEMA_V1)
 ACTION_KINDS = {"sample", "stream", "force", "insert", "choose", "rewind", "goto", "settings", "rules", "expand",
-                "delete", "name", "pin"}  # fmt: skip
+                "delete", "name", "pin", "heads"}  # fmt: skip
 BRANCHES = ("all", "active")  # a trace's tree: every branch, or only the one the text is on
 
 
@@ -186,6 +186,14 @@ def _check_action(index, action) -> None:
         raise ValueError(f"{where}: a name needs a string 'name'")
     if kind == "pin" and not isinstance(action.get("pinned"), bool):
         raise ValueError(f"{where}: a pin needs 'pinned' true or false")
+    if kind == "heads" and not (
+        isinstance(action.get("scales"), list)
+        and all(
+            isinstance(e, list) and len(e) == 3 and ints(e[:2]) and isinstance(e[2], (int, float))
+            for e in action["scales"]
+        )
+    ):
+        raise ValueError(f"{where}: a heads action needs 'scales': a list of [layer, head, factor]")
     if kind == "expand":
         from engine.core.expand import Expansion
 

@@ -145,11 +145,12 @@ class KVCache:
         self.length = length
 
 
-def forward(params, config: Config, ids, cache: KVCache | None = None, acts: dict | None = None):
+def forward(params, config: Config, ids, cache: KVCache | None = None, acts: dict | None = None, head_scales=None):
     """[..., T] token ids -> [..., T, vocab] scores.
 
     With a cache, `ids` continue the cached text (one sequence, no batch dimension) and their keys and
-    values are appended to it. With `acts`, the activations the backward pass needs are stored there."""
+    values are appended to it. With `acts`, the activations the backward pass needs are stored there.
+    head_scales: [1, H] float32, each head's output scaled (0: ablated) before the output projection."""
     start = cache.length if cache is not None else 0
     t = ids.shape[-1]
     x = params["wte"][ids] + params["wpe"][start : start + t]  # [..., T, d]
@@ -160,7 +161,10 @@ def forward(params, config: Config, ids, cache: KVCache | None = None, acts: dic
     if cache is not None:
         k, v = cache.append(k, v)  # [H, start + T, dh]
     weights = causal_attention_weights(q, k)  # [..., H, T, start + T]
-    attn = merge_heads(weights @ v)  # [..., T, d]
+    heads = weights @ v  # [..., H, T, dh]
+    if head_scales is not None:
+        heads = heads * head_scales[0][:, None, None]
+    attn = merge_heads(heads)  # [..., T, d]
     x2 = x + linear(attn, params["attn.w_out"], params["attn.b_out"])
     h2 = layer_norm(x2, params["ln2.g"], params["ln2.b"])
     u = linear(h2, params["mlp.w_in"], params["mlp.b_in"])  # [..., T, m]
@@ -177,6 +181,10 @@ class StoryModel(LocalBackend):
     """The shipped story model: parameters, config and tokenizer behind the backend contract."""
 
     has_inside = True  # per-layer states: the logit lens and attention (engine/core/inside.py)
+
+    @property
+    def heads_shape(self) -> tuple[int, int]:  # (layers, heads): what head_scales index
+        return 1, self.config.n_heads
 
     def __init__(self, params, config: Config, tokenizer, name: str = "story model", weights_sha256: str = ""):
         self.params = params
@@ -202,21 +210,25 @@ class StoryModel(LocalBackend):
     def new_cache(self) -> KVCache:
         return KVCache(self.config)
 
-    def inside(self, ids) -> Inside:
+    def inside(self, ids, head_scales=None) -> Inside:
         """The full forward over ids, keeping the residual stream (after the embedding, after the block) and
-        the last position's attention (engine/core/inside.py reads them)."""
+        the last position's attention (engine/core/inside.py reads them); head_scales as forward_cached's."""
         acts = {}
-        scores = forward(self.params, self.config, self._checked_ids(ids, already=0), acts=acts)
+        scores = forward(
+            self.params, self.config, self._checked_ids(ids, already=0), acts=acts, head_scales=head_scales
+        )
         return Inside(np.stack([acts["x"], acts["x3"]]), acts["weights"][None, :, -1], scores[-1])
 
     def unembed(self, residuals) -> np.ndarray:  # [..., d] -> [..., vocab]
         p = self.params
         return linear(layer_norm(residuals, p["lnf.g"], p["lnf.b"]), p["head.w"], p["head.b"])
 
-    def forward_cached(self, ids, cache: KVCache, last_only: bool = False) -> np.ndarray:
+    def forward_cached(self, ids, cache: KVCache, last_only: bool = False, head_scales=None) -> np.ndarray:
         """The forward pass over ids that continue the cached text -> float32 scores [len(ids), vocab]
-        (last_only: the story model is small enough to score every position anyway; [1, vocab] back)."""
-        scores = forward(self.params, self.config, self._checked_ids(ids, already=cache.length), cache)
+        (last_only: the story model is small enough to score every position anyway; [1, vocab] back).
+        head_scales: [layers, heads], each head's output scaled (Session.steer_heads)."""
+        ids = self._checked_ids(ids, already=cache.length)
+        scores = forward(self.params, self.config, ids, cache, head_scales=head_scales)
         return scores[-1:] if last_only else scores
 
     def _checked_ids(self, ids, already: int) -> np.ndarray:

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QComboBox,
     QHBoxLayout,
     QLabel,
+    QPushButton,
     QSlider,
     QSplitter,
     QTableWidget,
@@ -58,6 +59,7 @@ def strip_map(attention) -> np.ndarray:  # [L, H, T] -> [2L - 1, H (T + 1) - 1],
 class InsidePanel(QWidget):
     layerChosen = Signal(int)  # the lens row picked with the slider: 0 = embedding ... N = the model's own
     headChosen = Signal(int, int)  # layer (0-based), head (0-based, or -1: the mean of the heads)
+    headsSteered = Signal(object)  # the head scales asked for: [(layer, head, factor)], [] puts every head back
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -105,6 +107,16 @@ class InsidePanel(QWidget):
         self.strip = QTextBrowser(objectName="attentionStrip")
         self.strip.setMinimumHeight(STRIP_HEIGHT)  # it takes the room the lens grid does not need
         self.strip.setToolTip("where the last position looks: the stronger the colour, the more weight")
+        self.ablate = QPushButton("Ablate this head", objectName="ablateHeadButton")
+        self.ablate.setToolTip("from the next step on, the chosen head's output is scaled by 0 (the whole text is "
+                               "read again through the steered model); logged in the trace, replayed")  # fmt: skip
+        self.ablate.clicked.connect(self._ablate_clicked)
+        self.restore = QPushButton("Restore all heads", objectName="restoreHeadsButton")
+        self.restore.clicked.connect(lambda: self.headsSteered.emit([]))
+        self.steered = QLabel("", objectName="steeredHeads")
+        self.steered.setWordWrap(True)
+        self._scales: tuple = ()
+        self.show_scales(())
         self.top = QLabel("", objectName="attentionTop")
         self.top.setWordWrap(True)
         self.top.setTextFormat(Qt.TextFormat.PlainText)
@@ -143,6 +155,11 @@ class InsidePanel(QWidget):
         combos.addWidget(self.layer_combo, 1)
         combos.addWidget(self.head_combo, 1)
         attention_layout.addLayout(combos)
+        steering = QHBoxLayout()
+        steering.addWidget(self.ablate)
+        steering.addWidget(self.restore)
+        steering.addWidget(self.steered, 1)
+        attention_layout.addLayout(steering)
         attention_layout.addWidget(self.strip, 1)
         attention_layout.addWidget(self.top)
         attention_layout.addWidget(self.grid)
@@ -274,7 +291,28 @@ class InsidePanel(QWidget):
 
     def _combo_changed(self) -> None:
         self._draw_strip()
+        self._show_ablate()
         self.headChosen.emit(*self.head())
+
+    def show_scales(self, scales) -> None:
+        """The session's steered heads now ((layer, head, factor), 0-based)."""
+        self._scales = tuple(scales)
+        self.steered.setText("steered: " + ", ".join(f"layer {layer + 1} head {head + 1} ×{factor:g}"
+                                                       for layer, head, factor in self._scales) if self._scales else "")  # fmt: skip
+        self.restore.setEnabled(bool(self._scales))
+        self._show_ablate()
+
+    def _show_ablate(self) -> None:
+        layer, head = self.head() if self.layer_combo.count() else (0, -1)
+        ablated = any((layer, head) == (entry[0], entry[1]) for entry in self._scales)
+        self.ablate.setText("Put this head back" if ablated else "Ablate this head")
+        self.ablate.setEnabled(head >= 0)
+
+    def _ablate_clicked(self) -> None:
+        """Ablate the chosen head (or put it back), keeping the others as they are."""
+        layer, head = self.head()
+        others = [entry for entry in self._scales if (entry[0], entry[1]) != (layer, head)]
+        self.headsSteered.emit(others if len(others) < len(self._scales) else [*others, (layer, head, 0.0)])
 
     def _draw_strip(self) -> None:
         if self._view is None or self.layer_combo.count() == 0:

@@ -138,13 +138,13 @@ def _zeroed_small_pages(shape) -> np.ndarray:
     return np.frombuffer(buffer, np.float32).reshape(shape)  # the array keeps the mapping alive
 
 
-def forward(
-    weights, config: LlamaConfig, ids, cache: LlamaCache, tables, last_only=False, taps=None
-):  # [T] -> [T, vocab]
+def forward(weights, config: LlamaConfig, ids, cache: LlamaCache, tables, last_only=False, taps=None,
+            head_scales=None):  # [T] -> [T, vocab]  # fmt: skip
     """The ids continue the cached text; their keys and values are written into the cache. With
     last_only, only the last position's scores are computed ([1, vocab]): a prompt needs no others.
     taps: a dict that gets the residual stream before every layer and after the last ("residuals": [T, d]
-    each) and the last position's attention weights in every layer ("attention": [Hq, L] each)."""
+    each) and the last position's attention weights in every layer ("attention": [Hq, L] each).
+    head_scales: [layers, Hq] float32, each head's output scaled (0: ablated) before the output projection."""
     start, t = cache.length, len(ids)
     end = start + t
     cos, sin = tables[0][start:end], tables[1][start:end]
@@ -163,6 +163,8 @@ def forward(
         cache.v[layer, :, start:end] = qkv[:, (hq + hkv) * dh :].reshape(t, hkv, dh).transpose(1, 0, 2)
         attn = gqa_attention(qk[:, :hq], cache.k[layer, :, :end], cache.v[layer, :, :end],
                              None if taps is None else taps.setdefault("attention", []))  # fmt: skip
+        if head_scales is not None:
+            attn = (attn.reshape(t, hq, dh) * head_scales[layer][None, :, None]).reshape(t, hq * dh)
         x += attn @ w["attn_output"]
         h = rms_norm(x, w["ffn_norm"], config.rms_eps)
         gate_up = h @ w["ffn_gate_up"]  # [T, 2 d_ff]: gate and up in one product
@@ -182,6 +184,10 @@ class LlamaModel(LocalBackend):
     """A GGUF model in numpy behind the backend contract."""
 
     has_inside = True  # per-layer states: the logit lens and attention (engine/core/inside.py)
+
+    @property
+    def heads_shape(self) -> tuple[int, int]:  # (layers, heads): what head_scales index
+        return self.config.n_layers, self.config.n_heads
 
     def __init__(self, config: LlamaConfig, weights: dict, tokenizer: GGUFTokenizer, name: str, file_sha256: str,
                  end_token_ids, context_length: int, source: str = ""):  # fmt: skip
@@ -206,24 +212,24 @@ class LlamaModel(LocalBackend):
     def new_cache(self) -> LlamaCache:
         return LlamaCache(self.config, self._context_length)
 
-    def forward_cached(self, ids, cache: LlamaCache, last_only: bool = False) -> np.ndarray:
+    def forward_cached(self, ids, cache: LlamaCache, last_only: bool = False, head_scales=None) -> np.ndarray:
         """The forward pass over ids that continue the cached text -> float32 scores [len(ids), vocab]
-        (or [1, vocab] with last_only)."""
+        (or [1, vocab] with last_only). head_scales: [layers, heads], each head's output scaled."""
         ids = self._checked_ids(ids, cache.length)
         with blas_threads.for_tokens(len(ids)):  # the thread counts are chosen, and why, in blas_threads.py
-            return forward(self.weights, self.config, ids, cache, self._tables, last_only)
+            return forward(self.weights, self.config, ids, cache, self._tables, last_only, head_scales=head_scales)
 
     def scores(self, ids) -> np.ndarray:
         """The full forward: token ids [T] -> float32 scores [T, vocab] for every position."""
         return self.forward_cached(ids, self.new_cache())
 
-    def inside(self, ids) -> Inside:
+    def inside(self, ids, head_scales=None) -> Inside:
         """The full forward over ids, keeping the residual stream at every layer and the last position's
-        attention (engine/core/inside.py reads them)."""
+        attention (engine/core/inside.py reads them); head_scales as forward_cached's."""
         ids = self._checked_ids(ids, 0)
         taps = {}
         with blas_threads.for_tokens(len(ids)):
-            scores = forward(self.weights, self.config, ids, self.new_cache(), self._tables, True, taps)
+            scores = forward(self.weights, self.config, ids, self.new_cache(), self._tables, True, taps, head_scales)
         return Inside(np.stack(taps["residuals"]), np.stack(taps["attention"]), scores[0])
 
     def unembed(self, residuals) -> np.ndarray:  # [..., d] -> [..., vocab]
