@@ -8,11 +8,17 @@ import numpy as np
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox, QLabel, QPushButton, QSlider, QTableWidget
 from test_window import WAIT, child, generate, type_prompt
-from test_window_llamacpp import select
 
 import engine
 
 PROMPT = "ben has a gold toy. ben goes to the barn. at the barn, ben gives the toy to leo. now leo has the"
+
+
+def select(win, index):
+    """Click-select step `index` in the view (-1: none): the chart and the Inside tab follow."""
+    win.token_view.select(index)
+    win.controller.token_selected(index)
+    win.chart.flush()
 
 
 def counting(monkeypatch):
