@@ -81,7 +81,7 @@ class Controller(QObject):
         self.inside = LookingInside(window, self.worker, model=lambda: self.model,
                                     busy=lambda: self.running or self.loading,
                                     show_selected=lambda: self.token_selected(window.token_view.selected),
-                                    flush=lambda: self.flush())  # fmt: skip
+                                    flush=lambda: self.flush(), status=self._set_status)  # fmt: skip
         self.inside.model_changed(model)
         self.idle.connect(self.inside.refresh)
         self._preview_timer = QTimer(self, singleShot=True, interval=PREVIEW_DELAY_MS)

@@ -9,8 +9,11 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, Signal
 
-UNAVAILABLE = ("{name} runs on {engine}, which gives the model's scores but not its layers: the logit lens and "
-               "attention need the numpy engine (open the GGUF file with the numpy engine in its Settings...).")  # fmt: skip
+UNAVAILABLE = (
+    "{name} runs on {engine}, which gives the model's scores but not its layers: the logit lens and attention need "
+)
+LLAMA_CPP = "the numpy engine (open the GGUF file with the numpy engine: the model's Settings...)."
+SERVER = "the model's weights in this process (open its GGUF file here with the numpy engine)."
 
 
 @dataclass(frozen=True)
@@ -32,13 +35,14 @@ class LookingInside(QObject):
     shown = Signal(object)  # for outside observers (tests): the InsideShown the tab now shows
     steerRequested = Signal(object)  # to the worker: Session.steer_heads' scales
 
-    def __init__(self, window, worker, model, busy, show_selected, flush):
+    def __init__(self, window, worker, model, busy, show_selected, flush, status):
         """model() -> the window's model; busy() -> a run or a load goes on; show_selected() puts the selected
         step (or the next token) back in the chart, as it was before a lens layer took it; flush() brings the
-        view up to date with the steps the worker sent."""
+        view up to date with the steps the worker sent; status(text, error) says something in the status bar."""
         super().__init__(window)
         self.window, self.panel = window, window.inside_panel
         self.model, self.busy, self.show_selected, self.flush = model, busy, show_selected, flush
+        self.status = status
         self.current: InsideShown | None = None
         self._asked: tuple | None = None
         self.lookRequested.connect(worker.look_inside)
@@ -55,8 +59,9 @@ class LookingInside(QObject):
         if model.capabilities.inside:
             self.panel.show_waiting("Select a token, or pause, to look inside the model")
         else:
-            engine_name = "llama.cpp" if not model.source.startswith(("http://", "https://")) else "a server"
-            self.panel.show_unavailable(UNAVAILABLE.format(name=model.name, engine=engine_name))
+            served = str(model.source).startswith(("http://", "https://"))
+            text = UNAVAILABLE.format(name=model.name, engine="a server" if served else "llama.cpp")
+            self.panel.show_unavailable(text + (SERVER if served else LLAMA_CPP))
 
     def refresh(self) -> None:
         """Ask for what the view selects, if the tab is shown, the model has layers and nothing runs."""
@@ -82,7 +87,7 @@ class LookingInside(QObject):
         """Ablate or put back heads (the panel's buttons): the session reads the text through them from the
         next step on; the chart's next token and this tab follow."""
         if self.busy():
-            self.window.controller.show_error("Busy: steer the heads once the model is free")
+            self.status("Busy: steer the heads once the model is free", True)
             return
         self.steerRequested.emit(list(scales))
 
