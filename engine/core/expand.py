@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from engine.core.tree import shared_prefix
+
 MAX_EXPANSION = 10_000  # nodes one expansion may add
 MAX_CHILDREN = 1_000  # top_k's ceiling
 
@@ -111,7 +113,7 @@ def expand(context, model, ids: list[int], start: int, settings, expansion: Expa
             for parent, path, p in frontier:
                 if cancelled is not None and cancelled():
                     return _result(reached, leaves, levels, True)
-                common = _shared(held, path)
+                common = shared_prefix(held, path)
                 context.truncate(common)
                 dists = context.distributions(path, settings)
                 held = path
@@ -148,12 +150,6 @@ def expand(context, model, ids: list[int], start: int, settings, expansion: Expa
     finally:
         context.truncate(len(ids))
     return _result(reached, leaves, levels, False)
-
-
-def _shared(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    differ = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
-    return int(differ[0]) if len(differ) else n
 
 
 def _expected(expansion: Expansion) -> int:

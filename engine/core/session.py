@@ -16,7 +16,7 @@ from engine.core.healing import healer_for
 from engine.core.rules import Rule
 from engine.core.settings import Settings
 from engine.core.steps import Candidates, Step
-from engine.core.tree import Tree
+from engine.core.tree import Tree, shared_prefix
 
 INSERTED = ("forced", "rule", "tool")  # the sources of inserted text
 NO_HEALING = "token healing needs a backend the engine samples for (a server samples itself): set heal=False"
@@ -300,9 +300,7 @@ class Session:
     def compare_branches(self, a, b):
         """Two branches of the tree from where they part -> (the text up to there, a's steps after it, b's)."""
         path_a, path_b = self.tree.path(a), self.tree.path(b)
-        common = 0
-        while common < min(len(path_a), len(path_b)) and path_a[common] == path_b[common]:
-            common += 1
+        common = shared_prefix(path_a, path_b)
         steps = [self.tree.nodes[i].step for i in path_a]
         prefix = self.prompt_text + "".join(step.token for step in steps[:common])
         return prefix, steps[common:], [self.tree.nodes[i].step for i in path_b[common:]]
@@ -426,9 +424,7 @@ class Session:
         (nothing is sampled again), with the random stream, healing and settings as they stood after them.
         Logged; stepping, rewinding and going elsewhere work from there as ever."""
         target = self.tree.path(node_id)  # ValueError for a node that is not there
-        common = 0
-        while common < min(len(target), len(self.path)) and target[common] == self.path[common]:
-            common += 1
+        common = shared_prefix(target, self.path)
         if common == len(target) == len(self.path):
             return  # already there
         nodes = [self.tree.nodes[i] for i in target[common:]]

@@ -18,6 +18,8 @@ no parent and no step, each parent an earlier node; a node may also hold "name" 
 
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from engine.core.steps import Step
 
 MAX_NAME = 200  # characters in a branch's name
@@ -189,6 +191,12 @@ class Tree:
             marks = {k: v for k, v in self.marks(node_id).items() if k in ("name", "pinned")}
             nodes.append({"id": index, "parent": index - 1, "step": self.nodes[node_id].step.to_dict(), **marks})
         return {"nodes": nodes}
+
+
+def shared_prefix(a, b) -> int:  # two id or node lists -> how many they share from the start
+    n = min(len(a), len(b))
+    differ = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
+    return int(differ[0]) if len(differ) else n
 
 
 def check_tree(tree) -> None:
