@@ -154,7 +154,12 @@ class LocalContext:
         self.truncate(0)
 
     def truncate(self, length: int) -> None:
-        self.cache.truncate(min(self.cache.length, length))
+        """Forget every position from `length` on. A batched forward that kept only its last row (the prompt's
+        first read, the whole text read again after steer_heads) left no row at the positions inside it: where
+        the row at `length` is not kept, the cache keeps one token less, so that the next step feeds that
+        token and gets its row."""
+        keep = length if length in self._rows or length == 0 else length - 1
+        self.cache.truncate(min(self.cache.length, keep))
         for position in [p for p in self._rows if p > length]:
             del self._rows[position]
 
