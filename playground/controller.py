@@ -452,6 +452,15 @@ class Controller(QObject):
 
     def _on_changed(self, view) -> None:
         self.known.publish(view)
+        if view.prompt is not None and not self.known.discarding and self.trace_viewed is None:
+            self.window.stop_reason.setText(self._stop_label(view))
+
+    def _stop_label(self, view) -> str:
+        """What the stop label says of the session as it is now (not as the last run left it: a failed run, or a
+        token forced after the end, changes that)."""
+        if view.generating:
+            return "Expanding the tree..." if self.branches.expanding else "Generating..."
+        return f"Stopped: {stop_text(view.stopped)}" if view.stopped else ""
 
     def _on_redraw(self, prompt: str, steps) -> None:
         if self.known.discarding:
