@@ -9,6 +9,7 @@ Generate). After the model ended the text, or with the context full, they say wh
 from concurrent import futures
 
 from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtWidgets import QMessageBox
 
 import engine
 
@@ -69,6 +70,8 @@ class Controller(QObject):
         self.trace_viewed: dict | None = None
         self.known = KnownSession()  # the worker's SessionView: the GUI reads the session only through it
         self._replaying: int | None = None  # the replay request the GUI waits for
+        self._reloaded: int | None = None  # the replay request that puts a session back on a reloaded model
+        self._kept_trace: dict | None = None  # the session to put back once the model reloads
         self._replays = 0
         self.feed = Feed(window, running=lambda: self.running)
         self.prompts = PromptCheck(window, model)
@@ -390,9 +393,14 @@ class Controller(QObject):
     # --- models ------------------------------------------------------------------------------------------
     def open_model(self, source, **options) -> None:
         """Load a model in the worker: engine.load_model(source, **options) (None: the story model); the
-        window keeps the old one until it is in."""
+        window keeps the old one until it is in. Reloading the file in use (its Settings...) asks first, and
+        puts the session back on the reloaded model (its log replayed)."""
         if isinstance(source, dict):  # a request from the picker
             source, options = source["source"], {k: v for k, v in source.items() if k != "source"}
+        kept = self._session_to_keep(source)
+        if kept is False:
+            return  # the person kept the model as it is
+        self._kept_trace = kept
         self.worker.request_stop()
         self.picker.show_progress(0, 0)
         self.window.controls.set_running(True, can_start=False)  # Stop cancels the load
@@ -401,21 +409,50 @@ class Controller(QObject):
         self._set_status(f"Loading {source or 'the story model'}{engine_name}...")
         self.loadModel.emit({"source": source, **options})
 
+    def _session_to_keep(self, source):
+        """For a reload of the model in use with a session of steps: ask, and take its trace to replay on the
+        reloaded model -> the trace, None (nothing to keep: another model, or no steps), or False (cancelled)."""
+        view = self.known.view
+        if source is None or source != self.model.source or not view.steps or self.trace_viewed is not None:
+            return None
+        answer = QMessageBox.question(
+            self.window, "Reload the model",
+            f"Reload {self.model.name} with these settings? The text and its branches are put back on the reloaded "
+            "model: its log is replayed there (the status bar says whether every step came out the same).",
+            QMessageBox.StandardButton.Ok | QMessageBox.StandardButton.Cancel,
+        )  # fmt: skip
+        if answer != QMessageBox.StandardButton.Ok:
+            return False
+        try:
+            return self.trace("all")
+        except ValueError as error:
+            self._set_status(f"could not keep the session: {error}", error=True)
+            return False
+
     def _on_load_progress(self, done: int, total: int) -> None:
         self.picker.show_progress(done, total)
 
     def _on_model_loaded(self, model) -> None:
+        previous = self.model
+        self.window.remember_settings(previous)  # before the new model's ranges clamp the controls
         self.model = self.window.model = model
         self.loading = False
         self.prompts.set_model(model)
         self.reset()
-        self.picker.model_loaded(model)
+        self.picker.model_loaded(model, previous)
+        self.window.restore_settings(model, or_last_used=False)
         self.inside.model_changed(model)
         self.findModels.emit(self.picker.prefs.recent())  # the file just opened is now a recent one
         self.check_prompt()
         vocab = f"{model.vocab_size:,} tokens" if model.vocab_size else "the server's tokenizer"
         self._set_status(f"{model.name}: {vocab}, {model.context_length:,} positions")
         self.modelChanged.emit(model)
+        if self._kept_trace is not None:  # a reload: the session goes back on, replayed
+            trace, self._kept_trace = self._kept_trace, None
+            self._replays += 1
+            self._replaying = self._reloaded = self._replays
+            self._set_status(f"Putting the session back on the reloaded {model.name}...")
+            self.replayTrace.emit(trace, self._replaying)
 
     # --- checks ------------------------------------------------------------------------------------------
     def check_prompt(self) -> bool:
@@ -531,12 +568,21 @@ class Controller(QObject):
         self.window.token_view.show_session(prompt, steps)
         self.window.seeds_panel.clear(STALE_SEEDS)
         self.comparing.text_changed()
-        self.window.stop_reason.setText(f"Replayed: {stop_text(stopped)}" if stopped else "Replayed")
+        reloaded = request == self._reloaded
+        if reloaded:  # the session, put back: its label as any session's
+            self.window.stop_reason.setText(f"Stopped: {stop_text(stopped)}" if stopped else "")
+        else:
+            self.window.stop_reason.setText(f"Replayed: {stop_text(stopped)}" if stopped else "Replayed")
         shown = (f"The view now shows the replayed run ({len(steps)} steps); open the trace again to see the "
                  "recorded one." if not report.identical else "The view shows the replayed run; Step or Generate "
                  "carries on from it.")  # fmt: skip
         notes = " ".join(report.notes)
-        self._set_status(f"Replay: {report.summary()}. {shown} {notes}".strip(), error=not report.identical)
+        if reloaded:
+            shown = "Step or Generate carries on from it." if report.identical else "The view shows the replayed run."
+            self._set_status(f"Reloaded {self.model.name}; the session is back (replayed on it: {report.summary()}). "
+                             f"{shown} {notes}".strip(), error=not report.identical)  # fmt: skip
+        else:
+            self._set_status(f"Replay: {report.summary()}. {shown} {notes}".strip(), error=not report.identical)
         self.message.emit(report.summary())
 
     def _begin_run(self) -> None:

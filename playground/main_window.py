@@ -27,6 +27,7 @@ import engine
 
 from .controller import Controller
 from .errors import ExceptionHook
+from .model_picker import example_prompt
 from .widgets.chart import DistributionChart
 from .widgets.comparison_panel import ComparisonPanel
 from .widgets.controls import Controls
@@ -37,7 +38,6 @@ from .widgets.token_view import COLOUR_MODES, TokenView, legend_html
 from .widgets.tree_panel import TreePanel
 from .widgets.uncertainty_strip import UncertaintyStrip
 
-DEFAULT_PROMPT = "mia has a red ball."
 HINT = ("Step one token with Ctrl+→ · click a bar to force that token · click a token to see its "
         "distribution, then Continue from here to branch")  # fmt: skip
 
@@ -278,11 +278,11 @@ class MainWindow(QMainWindow):
 
     # --- remembered across launches ----------------------------------------------------------------------
     def _restore(self) -> None:
-        default = DEFAULT_PROMPT if self.model.name == "story model" else "What is the capital of France?"
+        default = example_prompt(self.model)
         self.controls.prompt.setPlainText(str(self.prefs.value(f"prompt/{self.model.name}", default)))
         tab = str(self.prefs.value("sideTab", 0))
         self.side_tabs.setCurrentIndex(int(tab) if tab.isdigit() and int(tab) < self.side_tabs.count() else 0)
-        self.controls.set_settings(self._saved_settings())
+        self.restore_settings(self.model)
         self.chart.set_stage(str(self.prefs.value("stage", "final")))
         mode = str(self.prefs.value("colourBy", COLOUR_MODES[0]))
         self.set_colour_mode(mode if mode in COLOUR_MODES else COLOUR_MODES[0])
@@ -290,13 +290,27 @@ class MainWindow(QMainWindow):
         rank_by = self.uncertainty_strip.rank_by
         rank_by.setCurrentIndex(max(0, rank_by.findText(str(self.prefs.value("leastConfidentBy", "surprisal")))))
 
-    def _saved_settings(self) -> dict:
+    def restore_settings(self, model, or_last_used: bool = True) -> None:
+        """The settings last used with this model (each model has its own: a Max new of 200 on SmolLM2 is not
+        the 64 the story model's context allows). A model never used keeps what the controls show (or_last_used:
+        the settings used last, with whichever model, as at start)."""
+        if or_last_used or self.prefs.value(f"settings/{model.name}", None) is not None:
+            self.controls.set_settings(self._saved_settings(model))
+
+    def remember_settings(self, model) -> None:
+        """The controls' settings as this model's own (before another model's ranges clamp them)."""
+        settings = json.dumps(self.controls.settings())
+        self.prefs.setValue(f"settings/{model.name}", settings)
+        self.prefs.setValue("settings", settings)
+
+    def _saved_settings(self, model) -> dict:
         """The remembered settings the engine accepts. Prefs are a file a person can edit, and an older or
         newer version may have written them: a value the engine refuses, or a setting it does not know, is
         left out (the control keeps its default), the others are kept."""
-        defaults = {"max_new_tokens": min(60, self.model.context_length), "temperature": 0.0, "seed": 0}
+        defaults = {"max_new_tokens": min(60, model.context_length), "temperature": 0.0, "seed": 0}
+        text = self.prefs.value(f"settings/{model.name}", None)
         try:
-            saved = json.loads(str(self.prefs.value("settings", "")))
+            saved = json.loads(str(self.prefs.value("settings", "") if text is None else text))
         except (ValueError, RecursionError):
             return defaults
         if not isinstance(saved, dict):
@@ -316,7 +330,7 @@ class MainWindow(QMainWindow):
 
     def remember(self) -> None:
         self.prefs.setValue(f"prompt/{self.model.name}", self.controls.prompt.toPlainText())
-        self.prefs.setValue("settings", json.dumps(self.controls.settings()))
+        self.remember_settings(self.model)
         self.prefs.setValue("stage", self.chart.stage())
         self.prefs.setValue("sideTab", self.side_tabs.currentIndex())
         self.prefs.setValue("colourBy", self.colour_by.currentText())

@@ -39,6 +39,12 @@ class Entry:
     tip: str = ""
 
 
+def example_prompt(model) -> str:
+    """What the prompt box offers a model before anything is typed."""
+    chat = model.capabilities.chat_template
+    return EXAMPLE_PROMPTS.get(model.name) or (CHAT_EXAMPLE if chat else TEXT_EXAMPLE)
+
+
 def model_backend(model) -> str | None:
     """What runs a loaded model: "llama.cpp", "numpy" for a GGUF file in the numpy engine, None otherwise."""
     if not model.source or model.source.startswith(("http://", "https://")):
@@ -68,12 +74,14 @@ class ModelPicker(QObject):
         self.picker.activated.connect(self.pick)
         window.controls.model_settings.clicked.connect(self.edit_settings)
 
-    def model_loaded(self, model) -> None:
-        """A new model is in: the window's title and an example prompt for it, it joins the recent files, and
-        what show_model does."""
+    def model_loaded(self, model, previous) -> None:
+        """A new model is in: the window's title, it joins the recent files, and what show_model does. The prompt
+        box keeps what was typed there; only the previous model's example, untouched, or nothing, becomes the
+        new model's example."""
         self.window.setWindowTitle(f"Token Playground — {model.name}")
-        chat = model.capabilities.chat_template
-        self.controls.prompt.setPlainText(EXAMPLE_PROMPTS.get(model.name) or (CHAT_EXAMPLE if chat else TEXT_EXAMPLE))
+        typed = self.controls.prompt.toPlainText()
+        if not typed.strip() or typed == example_prompt(previous):
+            self.controls.prompt.setPlainText(example_prompt(model))
         if model_backend(model) is not None:
             self.prefs.opened(model.source)
         self.show_model(model)
