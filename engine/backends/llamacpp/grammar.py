@@ -19,6 +19,7 @@ from engine.backends.llamacpp import library
 
 TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])  # llama_token_data, 12 bytes
 _stderr_lock = threading.Lock()
+MAX_MESSAGE_BYTES = 1 << 20  # the parser's message and its copy of the grammar (at most 100,000 characters)
 
 
 class Grammar:
@@ -31,9 +32,7 @@ class Grammar:
         library.errors.clear()
         sampler, message = _quietly(lambda: self.llama.llama_sampler_init_grammar(vocab, text.encode(), b"root"))
         if not sampler:  # the parser's complaint is on stderr; a grammar that parses but is wrong, in the log
-            lines = [line.strip() for line in message.splitlines() if line.strip()] + list(library.errors)
-            why = next((line for line in lines if "error parsing grammar" in line), lines[0] if lines else "")
-            raise ValueError(f"the grammar does not parse: {why or 'llama.cpp refused it'}")
+            raise ValueError(f"the grammar does not parse: {_parse_error(message, text, library.errors)}")
         self.sampler = sampler
         self._all = np.zeros(self.vocab_size, dtype=TOKEN_DATA)  # every token, for `allowed`
         self._one = np.zeros(1, dtype=TOKEN_DATA)
@@ -70,6 +69,18 @@ class Grammar:
         self.llama.llama_sampler_apply(self.sampler, ctypes.byref(array))
 
 
+def _parse_error(written: str, text: str, logged) -> str:
+    """llama.cpp's whole complaint. Its parser writes "parse: error parsing grammar: <why> at <the rest of the
+    grammar from the error>", a blank line, then the grammar: -> "<why> at <rest>" (the rest may span lines;
+    when it is empty, the grammar ended there and the message says so). Else every line it wrote or logged."""
+    _, found, why = written.removesuffix(f"\n\n{text}\n").partition("error parsing grammar: ")
+    if found:
+        why = why.rstrip()
+        return f"{why} the end of the grammar" if why.endswith(" at") else why
+    lines = [line.strip() for line in written.splitlines() if line.strip()] + list(logged)
+    return "\n".join(lines) or "llama.cpp refused it"
+
+
 def _quietly(call):
     """Run call() with the process's stderr (fd 2) going to a temporary file -> (its result, what it wrote).
     llama.cpp's grammar parser writes its errors there with fprintf, past its own log callback."""
@@ -83,4 +94,4 @@ def _quietly(call):
             os.dup2(saved, 2)
             os.close(saved)
         caught.seek(0)
-        return result, caught.read(8192).decode("utf-8", errors="replace")
+        return result, caught.read(MAX_MESSAGE_BYTES).decode("utf-8", errors="replace")
