@@ -130,7 +130,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--tokens", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=None, help="default: the backend's (physical cores)")
+    parser.add_argument("--threads", type=int, default=None, help="default: the backend's (every core but one)")
     parser.add_argument("--context", type=int, default=2048)
     parser.add_argument("--model", default="smollm2", help="smollm2, gemma3 or a GGUF file's path")
     parser.add_argument("--profile", action="store_true", help="cProfile one Session decode, top functions")

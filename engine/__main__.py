@@ -8,7 +8,12 @@ import sys
 from pathlib import Path
 
 from engine import Session, load_model
+from engine.backends.llamacpp.threads import DEFAULT_THREADS_RULE, default_threads
 from engine.core.settings import MAX_SEED
+
+THREADS_HELP = (f"llama.cpp's CPU threads (default: {default_threads()} here, {DEFAULT_THREADS_RULE}; ggml's "
+                "threads spin while they wait for each other, so a count that fills the machine is many times "
+                "slower beside any other work)")  # fmt: skip
 
 
 def _optional(kind):
@@ -44,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="a .gguf file's context size (default: its training context; llama.cpp: at most 8192)",
     )
-    gen.add_argument("--threads", type=int, default=None, help="llama.cpp's CPU threads (default: physical cores)")
+    gen.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
     gen.add_argument("--gpu-layers", type=int, default=None, help="layers llama.cpp offloads to a GPU (default 0)")
     gen.add_argument("--chat", action="store_true",
                      help="send the prompt as a user's turn in the model's own chat template")  # fmt: skip
@@ -72,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("text", help="the text to score")
     sc.add_argument("-m", "--model", default=None, metavar="MODEL", help="as for generate")
     sc.add_argument("--backend", choices=("llama.cpp", "numpy"), default=None, help="as for generate")
-    sc.add_argument("--threads", type=int, default=None, help="llama.cpp's CPU threads")
+    sc.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
     sc.add_argument("--json", action="store_true", help="print the whole result as JSON")
 
     rp = commands.add_parser("replay", help="replay a saved trace and say whether every step came out the same",
@@ -84,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "SmolLM2)")  # fmt: skip
     rp.add_argument("--backend", choices=("llama.cpp", "numpy"), default=None,
                     help="what runs a .gguf file (default: the backend the trace was recorded on)")  # fmt: skip
-    rp.add_argument("--threads", type=int, default=None, help="llama.cpp's CPU threads")
+    rp.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
 
     tr = commands.add_parser("trace", help="the settings trace (see engine/story/settings_trace.py)")
     mode = tr.add_mutually_exclusive_group()

@@ -7,8 +7,8 @@ load_model("/path/checkpoint/")    a story-model checkpoint (directory or story-
 
 backend= picks what runs a GGUF file: "numpy" (the engine's own transparent reference: llama and qwen2) or
 "llama.cpp" (in process, every architecture llama.cpp supports: pip install ".[llama]"). None: llama.cpp when
-it is installed, else numpy. threads and gpu_layers are llama.cpp's settings (None: its defaults, the physical
-cores and no GPU layers); the numpy engine refuses them rather than ignore them.
+it is installed, else numpy. threads and gpu_layers are llama.cpp's settings (None: its defaults, every core
+but one and no GPU layers); the numpy engine refuses them rather than ignore them.
 """
 
 import importlib.util

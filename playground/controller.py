@@ -19,17 +19,13 @@ from .feed import Feed, probability_text, stop_text
 from .inside import LookingInside
 from .model_picker import ModelPicker
 from .prompt_check import PromptCheck
+from .run_speed import speed_text, speed_tip
 from .session_view import KnownSession
 from .worker import LOAD_CANCELLED, WorkerThread
 
 TRACE_WAIT_S = 10.0  # the worker makes a trace between two steps: milliseconds, unless it is loading a model
 STALE_SEEDS = "The text changed since those seeds ran: run them again from where it is now"
 PREVIEW_DELAY_MS = 40  # after a run, the next token's distribution is computed once no new run has begun
-
-
-def rate_text(rate: float) -> str:
-    """Tokens per second as a person reads it: '0.5 tokens/s', '17 tokens/s', never '1 tokens/s'."""
-    return f"{rate:.1f} tokens/s" if rate < 10 else f"{rate:,.0f} tokens/s"
 
 
 class Controller(QObject):
@@ -114,7 +110,7 @@ class Controller(QObject):
                              (worker.modelLoaded, self._on_model_loaded),
                              (worker.modelsFound, self.picker.set_found), (worker.scored, self._on_scored),
                              (worker.promptScored, self._on_prompt_scored),
-                             (worker.seedsRun, self._on_seeds_run)):  # fmt: skip
+                             (worker.seedsRun, self._on_seeds_run), (worker.speed, self._on_speed)):  # fmt: skip
             signal.connect(slot)
 
         c = w.controls
@@ -522,10 +518,14 @@ class Controller(QObject):
         self.flush()
         self._preview_timer.start()  # unless another run starts first, show what would come next
         self.window.stop_reason.setText(f"Stopped: {stop_text(reason)}")
-        if rate > 0:
-            self.window.speed_label.setText(rate_text(rate))
         self.comparing.text_changed()
         self.runFinished.emit(reason)
+
+    def _on_speed(self, figures) -> None:
+        """A run's speed, live: tokens/s after the first token, the time to it, how fast the prompt was read."""
+        if not self.known.discarding:
+            self.window.speed_label.setText(speed_text(figures))
+            self.window.speed_label.setToolTip(speed_tip(figures))
 
     def _on_paused(self) -> None:
         self.flush()

@@ -28,6 +28,7 @@ import engine
 from .controller import Controller
 from .errors import ExceptionHook
 from .model_picker import example_prompt
+from .run_speed import runtime_text
 from .widgets.chart import DistributionChart
 from .widgets.comparison_panel import ComparisonPanel
 from .widgets.controls import Controls
@@ -84,6 +85,9 @@ class MainWindow(QMainWindow):
         self.hint.setWordWrap(True)
         self.stop_reason = QLabel("", objectName="stopReasonLabel")
         self.speed_label = QLabel("", objectName="speedLabel")
+        self.runtime_label = QLabel(runtime_text(self.model), objectName="runtimeLabel")  # what runs the model
+        self.runtime_label.setToolTip("The engine that runs the model, its CPU threads, and its context size")
+        self.runtime_label.setContentsMargins(14, 0, 2, 0)  # apart from the speed beside it
         self.message_label = QLabel("", objectName="messageLabel")
         self.message_label.setWordWrap(True)
 
@@ -92,6 +96,7 @@ class MainWindow(QMainWindow):
         self._wire_strip()
         self.controller = Controller(self, self.model)
         self.controller.modelChanged.connect(lambda model: self.controls.samplers.set_vocab_size(model.vocab_size))
+        self.controller.modelChanged.connect(lambda model: self.runtime_label.setText(runtime_text(model)))
         self.controls.samplers.changed.connect(self._mark_sampler_problem)
         self.exception_hook = ExceptionHook(self.controller.show_error)  # a failing slot reaches the status bar
         self.exception_hook.install()
@@ -185,6 +190,7 @@ class MainWindow(QMainWindow):
         status.addWidget(self.stop_reason)
         status.addWidget(self.message_label, 1)
         status.addPermanentWidget(self.speed_label)
+        status.addPermanentWidget(self.runtime_label)
 
     def _wire_strip(self) -> None:
         """The strip follows the view's steps and selection; a click on it (or on a "least confident" row)

@@ -21,6 +21,7 @@ from PySide6.QtCore import QMetaObject, QObject, Qt, QThread, Signal, Slot
 import engine
 
 from .inside import InsideShown
+from .run_speed import RunClock
 from .session_view import SessionView
 
 STOPPED_BY_YOU = "stopped by you"
@@ -54,7 +55,8 @@ class GenerationWorker(QObject):
     preview = Signal(object, object)  # (engine.Candidates of the next step or None, why it stopped or None)
     notice = Signal(str)  # why a command cannot be done (not an error: nothing went wrong)
     rulesSet = Signal(int)  # the number of rules now in force, after a change from the rules panel
-    finished = Signal(str, float)  # stop reason, tokens per second of the run
+    finished = Signal(str, float)  # stop reason, tokens per second of the run (after its first token)
+    speed = Signal(object)  # a run's SpeedFigures: at its first token, a few times a second, at its end
     paused = Signal()  # a single command (step, force, insert, rewind) is done
     failed = Signal(str)  # a readable message; the session is as it was
     replayed = Signal(object, object)  # (ReplayReport, replayed steps)
@@ -88,8 +90,7 @@ class GenerationWorker(QObject):
         self._tree_sent: tuple[object, int, tuple] = (None, 0, ())  # (tree, its `touched` sent, path sent)
         self.second_model = None  # the model a comparison reads the text with, and the request that loaded it
         self._second_request: dict | None = None
-        self._run_started = 0.0
-        self._run_steps = 0
+        self.run_clock = RunClock()  # the running Generate's speed figures
 
     # --- called from the GUI thread ----------------------------------------------------------------
     def request_stop(self) -> None:
@@ -129,7 +130,7 @@ class GenerationWorker(QObject):
             return
         self._stop.clear()
         self._generating = True
-        self._run_started, self._run_steps = time.perf_counter(), 0
+        self.run_clock.start(self.session.timing)
         self._publish()
         self.busyChanged.emit(True)
         self._tick()
@@ -157,8 +158,9 @@ class GenerationWorker(QObject):
             if step is None:
                 self._finish(self.session.stopped or STOPPED_BY_YOU)
                 return
-            self._run_steps += 1
             self.stepped.emit(step)
+            if self.run_clock.stepped():  # throttled: the first token, then a few times a second
+                self.speed.emit(self.run_clock.figures())
             if time.perf_counter() >= deadline:
                 break
         QMetaObject.invokeMethod(self, "_tick", Qt.ConnectionType.QueuedConnection)
@@ -167,10 +169,11 @@ class GenerationWorker(QObject):
         self._generating = False
         self.session.interrupt()  # a server's stream closes at once
         self._publish()
-        seconds = time.perf_counter() - self._run_started
-        rate = self._run_steps / seconds if seconds > 0 else 0.0
+        figures = self.run_clock.figures()
+        if figures.steps:
+            self.speed.emit(figures)
         self.busyChanged.emit(False)
-        self.finished.emit(reason, rate)  # the GUI asks for the next distribution when it wants it
+        self.finished.emit(reason, figures.generation_rate or 0.0)  # the GUI asks for the next distribution
 
     @Slot(object)
     def step_once(self, settings: dict | None = None) -> None:

@@ -267,7 +267,7 @@ def gemma3_path() -> Path:
 @pytest.fixture(scope="module")
 def gemma3():
     loaded = engine.load_model(gemma3_path(), backend="llama.cpp", context_length=CONTEXT)
-    loaded.threads = THREADS  # load_model takes the physical cores; one thread here, as for SmolLM2 (above)
+    loaded.threads = THREADS  # load_model takes every core but one; one thread here, as for SmolLM2 (above)
     yield loaded
     loaded.close()
 

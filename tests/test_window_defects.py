@@ -360,11 +360,12 @@ def test_a_late_replay_result_does_not_land_on_a_new_run(qtbot, window, tmp_path
 
 
 def test_speeds_and_the_legend_read_right(window):
-    from playground.controller import rate_text
+    from playground.run_speed import SpeedFigures, rate_text
 
     assert rate_text(1.0) == "1.0 tokens/s" and rate_text(17.4) == "17 tokens/s" and rate_text(2600) == "2,600 tokens/s"
-    window.controller._on_finished("max_new_tokens", 1.0)
-    assert window.speed_label.text() == "1.0 tokens/s"
+    window.controller._on_speed(SpeedFigures(steps=3, first_token_seconds=0.5, prompt_tokens=6, prompt_seconds=0.01,
+                                             generation_rate=1.0))  # fmt: skip
+    assert window.speed_label.text() == "1.0 tokens/s · first token 0.50 s · prompt 600 tokens/s"
     legend = child(window, QLabel, "legendLabel").text()
     assert "0.25" in legend and "0.75" in legend
 

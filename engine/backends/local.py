@@ -6,6 +6,7 @@ each step was chosen from is kept by position, so a rewind needs no forward pass
 text is fed only when the next position's scores are needed.
 """
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -16,6 +17,7 @@ from engine.core.healing import healer_for
 from engine.core.sampling import ChainInput
 from engine.core.settings import Settings
 from engine.core.steps import Candidates, Step, StepMaker
+from engine.core.timing import ForwardTiming
 
 SCORE_CHUNK = 128  # positions per forward pass when a text is scored
 
@@ -41,6 +43,7 @@ class LocalContext:
         self._dry: dict[tuple[str, ...], object] = {}  # DRY's breakers per set of breaker strings
         self._grammar: GrammarState | None = None
         self._head_scales: np.ndarray | None = None  # [layers, heads]: Session.steer_heads; None: as trained
+        self.timing = ForwardTiming()  # every forward pass this context ran (the window's prompt speed)
 
     # --- the contract ------------------------------------------------------------------------------------
     def candidates(self, ids, text, settings, prefix: bytes | None = None) -> Candidates:
@@ -238,7 +241,9 @@ class LocalContext:
         start = self.cache.length
         try:
             steer = {} if self._head_scales is None else {"head_scales": self._head_scales}
+            started = time.perf_counter()
             rows = self.model.forward_cached(token_ids, self.cache, last_only=last_only, **steer)
+            self.timing.add(len(token_ids), time.perf_counter() - started)
             finite = np.isfinite(rows).all(axis=-1)
             if not finite.all():
                 position = start + (int(np.argmin(finite)) if not last_only else len(token_ids) - 1)

@@ -94,6 +94,12 @@ class Session:
         """The text the next steps must spell first (token healing), or None."""
         return None if self._healing is None else self._healing.decode("utf-8", errors="replace")
 
+    @property
+    def timing(self):
+        """The forward passes this session ran so far (engine.core.timing.ForwardTiming: passes, tokens fed,
+        seconds), or None where a server runs them."""
+        return getattr(self._context, "timing", None)
+
     def score_prompt(self):
         """The prompt's own tokens scored (engine.score: every token after the first, as a forced step's record,
         with the log-likelihood and perplexity), under the settings the session started with; computed once."""

@@ -3,7 +3,14 @@ It only lays the fields out; values() gives what engine.load_model takes (None: 
 
 from PySide6.QtWidgets import QComboBox, QDialog, QDialogButtonBox, QFormLayout, QLabel, QSpinBox, QVBoxLayout
 
+from engine.backends.llamacpp.threads import DEFAULT_THREADS_RULE, default_threads
+
 BACKEND_LABELS = {"llama.cpp": "llama.cpp (in process)", "numpy": "numpy (reference engine)"}
+THREADS_TIP = (
+    "CPU threads llama.cpp computes with. The default leaves one core free: ggml's threads spin while "
+    "they wait for each other, so a count that fills the machine runs many times slower as soon as "
+    "anything else (the window itself) needs a core; on 2 cores, 1 thread is the faster"
+)
 MAX_CONTEXT = 1 << 20  # the engine refuses more than the file's own context, naming both
 
 
@@ -29,7 +36,8 @@ class ModelSettingsDialog(QDialog):
                                "engine reads llama and qwen2 files in float32, every step in plain numpy")  # fmt: skip
         self.context = _spin("contextSize", 0, MAX_CONTEXT, "the file's own (llama.cpp: at most 8,192)",
                              "positions the model can see (the prompt and what it writes)")  # fmt: skip
-        self.threads = _spin("cpuThreads", 0, 512, "physical cores", "CPU threads llama.cpp computes with")
+        self.threads = _spin("cpuThreads", 0, 512, f"default: {default_threads()} ({DEFAULT_THREADS_RULE})",
+                             THREADS_TIP)  # fmt: skip
         self.gpu_layers = _spin(
             "gpuLayers",
             -1,

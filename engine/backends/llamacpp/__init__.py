@@ -6,11 +6,13 @@ position and runs its own sampler chain on it (LocalContext), so every feature w
     library.py    importing llama_cpp once: the backend initialised, llama.cpp's log sent to a file
     tokenizer.py  the model's own vocabulary: llama_tokenize, llama_token_to_piece, its chat template
     model.py      LlamaCppModel (the backend) and LlamaCppCache (one llama_context per session)
+    threads.py    the default thread count (every core but one: ggml's threads spin while they wait)
 """
 
 from engine.backends.llamacpp.library import INSTALL, available
+from engine.backends.llamacpp.threads import default_threads
 
-__all__ = ["INSTALL", "available", "load_llamacpp"]
+__all__ = ["INSTALL", "available", "default_threads", "load_llamacpp"]
 
 
 def load_llamacpp(path, *, context_length=None, threads=None, gpu_layers=0, progress=None):

@@ -7,7 +7,6 @@ needed, and copies them out of llama.cpp's buffer as float32 [rows, vocab]; Loca
 """
 
 import ctypes
-import os
 import weakref
 from pathlib import Path
 
@@ -16,28 +15,13 @@ import numpy as np
 from engine.backends.gguf.header import check_gguf_file, gguf_architecture
 from engine.backends.gguf.reader import file_sha256
 from engine.backends.llamacpp import library
+from engine.backends.llamacpp.threads import default_threads
 from engine.backends.llamacpp.tokenizer import LlamaCppTokenizer
 from engine.backends.local import LocalBackend
 from engine.core.checks import checked_ids
 
 DEFAULT_CONTEXT = 8192  # the default context: the file's training context capped at this
 MAX_BATCH = 512  # tokens per llama_decode call (a longer feed is decoded in chunks)
-
-
-def physical_cores() -> int:
-    """Physical cores this process may use (llama.cpp's default thread count); logical CPUs if unknown."""
-    try:
-        cpus = sorted(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-    cores = set()
-    for cpu in cpus:
-        topology = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
-        try:
-            cores.add(((topology / "physical_package_id").read_text(), (topology / "core_id").read_text()))
-        except OSError:
-            return len(cpus) or 1
-    return len(cores) or 1
 
 
 class LlamaCppCache:
@@ -104,7 +88,7 @@ class LlamaCppModel(LocalBackend):
         """progress(done, total) hears how far llama.cpp has read the file (done of 1000)."""
         path = Path(path)
         if threads is None:
-            threads = physical_cores()
+            threads = default_threads()  # not the core count: threads.py says why
         if isinstance(threads, bool) or not isinstance(threads, int) or threads <= 0:
             raise ValueError(f"threads must be a positive whole number, got {threads!r}")
         if isinstance(gpu_layers, bool) or not isinstance(gpu_layers, int) or gpu_layers < -1:
