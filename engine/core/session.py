@@ -16,9 +16,8 @@ from engine.core.healing import healer_for
 from engine.core.rules import Rule
 from engine.core.settings import Settings
 from engine.core.steps import Candidates, Step
-from engine.core.tree import Tree, shared_prefix
+from engine.core.tree import INSERTED, Tree, shared_prefix
 
-INSERTED = ("forced", "rule", "tool")  # the sources of inserted text
 NO_HEALING = "token healing needs a backend the engine samples for (a server samples itself): set heal=False"
 
 
@@ -296,6 +295,14 @@ class Session:
         """Pin (or unpin) a node: a branch holding a pinned node cannot be deleted. Logged."""
         self.tree.pin(node_id, pinned)
         self._log({"kind": "pin", "node": node_id, "pinned": pinned})
+
+    def undo_tree_edit(self):
+        """Take back the last tree edit (delete_branch, name_branch, pin_branch) not yet undone: a deleted branch
+        comes back with its ids (engine/core/tree.py's Tree.undo). Steps are not undone. ValueError "nothing to
+        undo" when there is none (nothing changes). Logged, so replay undoes the same edit. -> the TreeEdit."""
+        edit = self.tree.undo()
+        self._log({"kind": "undo"})
+        return edit
 
     def compare_branches(self, a, b):
         """Two branches of the tree from where they part -> (the text up to there, a's steps after it, b's)."""
