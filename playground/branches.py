@@ -1,11 +1,15 @@
 """The window's side of the session's tree (the Tree tab): going to a branch, expanding the tree from a node
-with progress and Cancel, naming, pinning and deleting branches, and comparing two branches side by side.
+with progress and Cancel (from the prompt on a fresh one: the session starts from the prompt box), naming,
+pinning and deleting branches, Edit > Undo tree edit (Ctrl+Z: the last delete, name or pin taken back; a text
+box that has the focus keeps Ctrl+Z for its own typing), and comparing two branches side by side.
 
 Every request goes to the worker, which changes the session (each change a logged action, so a trace
 replays it) and sends the tree's new and changed nodes back to the panel. While the tree is expanded the
 window is busy as during a run: Stop (or the panel's Cancel) ends it, keeping the levels already finished."""
 
 from PySide6.QtCore import QObject, Signal
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import QMenu
 
 from .widgets.branch_compare import BranchCompare
 
@@ -17,11 +21,13 @@ class Branches(QObject):
     nameRequested = Signal(int, str)
     pinRequested = Signal(int, bool)
     compareRequested = Signal(int, int)
+    undoRequested = Signal()
     expanded = Signal(object)  # for outside observers: the engine.ExpandResult just shown
 
     def __init__(self, window, worker, busy, settings_here, status):
-        """busy() -> why the worker cannot take a tree command now, or None; settings_here() -> the controls'
-        settings, once the session is the one the prompt box shows (None: the prompt is not ready)."""
+        """busy() -> why the worker cannot take a tree command now, or None; settings_here() -> (the controls'
+        settings, once the session is the one the prompt box shows (None: the prompt is not ready); whether it
+        started a new session for that)."""
         super().__init__(window)
         self.window, self.panel = window, window.tree_panel
         self.busy, self.settings_here, self.status = busy, settings_here, status
@@ -30,9 +36,10 @@ class Branches(QObject):
         self.dialog: BranchCompare | None = None
         for signal, slot in ((self.gotoRequested, worker.goto), (self.expandRequested, worker.expand),
                              (self.deleteRequested, worker.delete_branch), (self.nameRequested, worker.name_branch),
-                             (self.pinRequested, worker.pin_branch),
+                             (self.pinRequested, worker.pin_branch), (self.undoRequested, worker.undo_tree_edit),
                              (self.compareRequested, worker.compare_branches)):  # fmt: skip
             signal.connect(slot)
+        worker.treeEditUndone.connect(self._on_undone)
         worker.treeChanged.connect(self.panel.update_tree)
         worker.expandProgress.connect(self.panel.controls.show_progress)
         worker.expandDone.connect(self._on_expanded)
@@ -41,10 +48,16 @@ class Branches(QObject):
         self.panel.nodeClicked.connect(self.goto)
         self.panel.expandRequested.connect(self.expand)
         self.panel.cancelRequested.connect(lambda: worker.request_stop())  # called here, not queued to the busy worker
-        self.panel.deleteRequested.connect(lambda node: self._edit(self.deleteRequested, node))
+        self.panel.deleteRequested.connect(self._delete)
         self.panel.renameRequested.connect(lambda node, name: self._edit(self.nameRequested, node, name))
         self.panel.pinRequested.connect(lambda node, pinned: self._edit(self.pinRequested, node, pinned))
         self.panel.compareRequested.connect(lambda a, b: self._edit(self.compareRequested, a, b))
+        # a window shortcut: a focused text box takes Ctrl+Z first (Qt's shortcut override), for its own typing
+        self.undo_action = QAction("Undo tree edit", window, objectName="undoTreeEditAction",
+                                   shortcut=QKeySequence.StandardKey.Undo)  # fmt: skip
+        self.undo_action.setToolTip("take back the last delete, name or pin in the Tree tab (steps are not undone)")
+        self.undo_action.triggered.connect(lambda: self._edit(self.undoRequested))
+        edit_menu(window).addAction(self.undo_action)
 
     def goto(self, node_id: int) -> None:
         """A node of the Tree tab: its branch becomes the text (the worker puts it back; the view redraws)."""
@@ -53,21 +66,32 @@ class Branches(QObject):
         self.gotoRequested.emit(node_id)
 
     def expand(self, node_id: int, params: dict) -> None:
-        """Grow the tree below this node with the controls' chain (Session.expand's params)."""
-        if self._refused("expand the tree"):
+        """Grow the tree below this node with the controls' chain (Session.expand's params). With no session
+        yet (or a trace viewed), the session starts from the prompt box and the tree grows from the prompt."""
+        if self.busy() == "Busy":
+            self._refused("expand the tree")
             return
-        settings = self.settings_here()
+        settings, started = self.settings_here()
         if settings is None:
             return
+        if started:  # a new session's tree is the prompt alone
+            node_id = 0
         self.expanding = True
         self._greedy_chain = not params["raw"] and settings.get("temperature") == 0
         self.panel.controls.set_expanding(True)
         self.status("Expanding the tree... (Cancel or Stop keeps the levels finished)")
         self.expandRequested.emit({"node": node_id, "params": dict(params), "settings": settings})
 
-    def _edit(self, signal, *args) -> None:
-        if not self._refused("change the tree"):
-            signal.emit(*args)
+    def _edit(self, signal, *args) -> bool:
+        if self._refused("change the tree"):
+            return False
+        signal.emit(*args)
+        return True
+
+    def _delete(self, node_id: int) -> None:
+        """Delete asks nothing: it says how to take it back (a refusal's reason follows from the worker)."""
+        if self._edit(self.deleteRequested, node_id):
+            self.status("Branch deleted: Edit > Undo tree edit (Ctrl+Z) brings it back")
 
     def _refused(self, what: str) -> bool:
         reason = self.busy()
@@ -99,6 +123,20 @@ class Branches(QObject):
         self.panel.controls.set_expanding(False)
         self.window.stop_reason.setText("")  # it said "Expanding the tree..."; the status bar says how it went
 
+    def _on_undone(self, edit, token: str) -> None:
+        """The status bar says what was undone (the Tree tab shows it back)."""
+        if edit.kind == "delete":
+            count = len(edit.nodes)
+            what = f"deleting the branch from {token!r} ({count} token{'s' * (count != 1)}): it is back in the tree"
+        elif edit.kind == "name":
+            what = f"naming the branch at {token!r}: " + (
+                f"it is «{edit.before}» again" if edit.before else "no name again"
+            )
+        else:
+            again = "pinned" if edit.before else "unpinned"
+            what = f"{'unpinning' if edit.before else 'pinning'} {token!r}: it is {again} again"
+        self.status(f"Undone: {what}")
+
     def _on_compared(self, prefix: str, left, right) -> None:
         """left: the branch of the row the person chose; right: the active branch (the text)."""
         if self.dialog is None:
@@ -108,3 +146,11 @@ class Branches(QObject):
         self.dialog.show_branches(prefix, list(left), list(right), *titles)
         self.dialog.show()
         self.dialog.raise_()
+
+
+def edit_menu(window) -> QMenu:
+    """The window's Edit menu (made after File where there is none yet)."""
+    for action in window.menuBar().actions():
+        if action.menu() is not None and action.text().replace("&", "") == "Edit":
+            return action.menu()
+    return window.menuBar().addMenu("&Edit")

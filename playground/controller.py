@@ -21,6 +21,7 @@ from .model_picker import ModelPicker
 from .prompt_check import PromptCheck
 from .run_speed import speed_text, speed_tip
 from .session_view import KnownSession
+from .widgets.seeds_panel import start_text
 from .worker import LOAD_CANCELLED, WorkerThread
 
 TRACE_WAIT_S = 10.0  # the worker makes a trace between two steps: milliseconds, unless it is loading a model
@@ -155,23 +156,30 @@ class Controller(QObject):
         self._set_status("")
 
     def run_seeds(self, count: int) -> None:
-        """Seeds 0..count-1 continue the text from where it is, with the controls' settings (the worker runs
-        them; the session does not change). A new prompt starts its session first."""
-        settings = self._settings_here()
+        """Seeds 0..count-1 continue the text from where it is (from the selected token: what Continue from here
+        keeps), with the controls' settings (the worker runs them; the session does not change). A new prompt
+        starts its session first."""
+        settings, started = self._settings_here()
         if settings is None:
             return
-        self._set_status(f"Running {count} seeds from here...")
-        self.runSeeds.emit({"count": count, "settings": settings})
+        view = self.window.token_view
+        selected = view.selected
+        request, where = {"count": count, "settings": settings}, "from here"
+        if not started and 0 <= selected < view.step_count() - 1:  # a token of this session's text, not its last
+            request["at"], where = selected + 1, start_text(selected + 1, view.step(selected).token)
+        self._set_status(f"Running {count} seeds {where}...")
+        self.runSeeds.emit(request)
 
-    def _settings_here(self) -> dict | None:
-        """The controls' settings for a command on the session the prompt box shows (a new prompt starts its
-        session first), or None where the prompt is not ready."""
+    def _settings_here(self) -> tuple[dict | None, bool]:
+        """(The controls' settings for a command on the session the prompt box shows, or None where the prompt
+        is not ready; whether a new session was started for it: a new prompt starts its session first)."""
         request = self._ready_request(None)
         if request is None:
-            return None
-        if not self._continues(request):
+            return None, False
+        started = not self._continues(request)
+        if started:
             self._start(request)
-        return request["settings"]
+        return request["settings"], started
 
     def _tree_busy(self) -> str | None:
         """Why the tree cannot be changed now, or None."""
@@ -185,13 +193,24 @@ class Controller(QObject):
         measure = None
         if self.model.name == "story model":  # the seed lab's measure: kept the first sentence's colour and object?
             measure = engine.story_measure(run, run.text.split(".")[0] + ".")
-        self.window.seeds_panel.show_run(run, seconds, measure)
+        view = self.window.token_view
+        start = start_text(run.at, view.step(run.at - 1).token) if 0 < run.at < view.step_count() else ""
+        self.window.seeds_panel.show_run(run, seconds, measure, start)
         self._set_status(self.window.seeds_panel.summary.text())
         self.seedsShown.emit(run)
 
     def seed_chosen(self, seed: int) -> None:
         self.window.controls.seed.setValue(seed)
-        self._set_status(f"Seed {seed} writes that continuation from here: Generate writes it")
+        start = self.window.seeds_panel.start
+        how = (
+            f"{start}: Continue from here (that token selected) writes it" if start else "from here: Generate writes it"
+        )
+        self._set_status(f"Seed {seed} writes that continuation {how}")
+
+    def _seeds_stale(self) -> None:
+        """The text changed: the Seeds tab's run no longer continues it (the tab and the status bar say so)."""
+        if self.window.seeds_panel.clear(STALE_SEEDS):
+            self._set_status(f"Seeds cleared. {STALE_SEEDS}")
 
     def _ready_request(self, then: str | None) -> dict | None:
         if self._replaying is not None:
@@ -479,6 +498,7 @@ class Controller(QObject):
     def _on_step(self, step) -> None:
         if not self.known.discarding:
             self.feed.pending.append(step)  # all the per-step work: the view takes them once a frame
+            self._seeds_stale()  # a Step, a forced token or an inserted text moves the text on too
 
     def flush(self) -> None:
         self.feed.flush()
@@ -500,7 +520,7 @@ class Controller(QObject):
             return
         self.feed.pending.clear()
         self.window.token_view.show_session(prompt, steps)
-        self.window.seeds_panel.clear(STALE_SEEDS)
+        self._seeds_stale()
 
     def _on_preview(self, candidates, stopped) -> None:
         if self.known.discarding:
@@ -566,7 +586,7 @@ class Controller(QObject):
         self.window.replay_action.setEnabled(False)
         self.feed.pending.clear()
         self.window.token_view.show_session(prompt, steps)
-        self.window.seeds_panel.clear(STALE_SEEDS)
+        self._seeds_stale()
         self.comparing.text_changed()
         reloaded = request == self._reloaded
         if reloaded:  # the session, put back: its label as any session's
@@ -586,7 +606,7 @@ class Controller(QObject):
         self.message.emit(report.summary())
 
     def _begin_run(self) -> None:
-        self.window.seeds_panel.clear(STALE_SEEDS)
+        self._seeds_stale()
         self.window.token_view.select(-1)
         self.feed.stopped = None
         self.running = True  # until the worker says otherwise (busyChanged, or failed before starting)

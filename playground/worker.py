@@ -74,6 +74,7 @@ class GenerationWorker(QObject):
     expandProgress = Signal(int, int)  # (nodes made, nodes expected) while the tree is expanded
     expandDone = Signal(object, float, bool)  # (engine.ExpandResult, seconds it took, from before the end token)
     branchesCompared = Signal(str, object, object)  # (the text up to where two branches part, their steps after)
+    treeEditUndone = Signal(object, str)  # (the engine's TreeEdit taken back, its node's token)
     insideReady = Signal(object)  # an InsideShown: the Inside tab's numbers for one position of the text
     headsSteered = Signal(object)  # the session's head scales now: ((layer, head, factor), ...)
 
@@ -434,8 +435,8 @@ class GenerationWorker(QObject):
         (goto, as a click would), the controls' chain applies (a logged settings change, the step limit kept),
         and the tree grows below it, with progress; Stop (request_stop) cancels, keeping finished levels."""
         session = self.session
-        if session is None or self._generating:
-            self.notice.emit("Generate or step first: the tree grows from where the text is")
+        if session is None or self._generating:  # failed: the Tree tab stops waiting for the expansion
+            self.failed.emit("could not expand the tree: there is no session to grow (the prompt did not start one)")
             return
         self._stop.clear()
         self.busyChanged.emit(True)
@@ -482,6 +483,13 @@ class GenerationWorker(QObject):
     def pin_branch(self, node_id: int, pinned: bool) -> None:
         self._command(lambda session: session.pin_branch(node_id, pinned), emit=False)
 
+    @Slot()
+    def undo_tree_edit(self) -> None:
+        """Take back the last delete, name or pin of the tree (Session.undo_tree_edit); the Tree tab redraws it."""
+        undone = []
+        if self._command(lambda session: undone.append(session.undo_tree_edit()), emit=False):
+            self.treeEditUndone.emit(undone[0], self.session.tree.nodes[undone[0].node].step.token)
+
     @Slot(int, int)
     def compare_branches(self, a: int, b: int) -> None:
         """Two branches side by side from where they part (Session.compare_branches); the session is unchanged."""
@@ -496,8 +504,9 @@ class GenerationWorker(QObject):
 
     @Slot(object)
     def run_seeds(self, request: dict) -> None:
-        """request: {"count": N, "settings": the controls' settings}: seeds 0..N-1 continue the text from
-        where the session is (Session.run_seeds: the session does not change), each for up to Max new tokens."""
+        """request: {"count": N, "settings": the controls' settings, "at": steps kept (optional)}: seeds 0..N-1
+        continue the text from where the session is, or from its first `at` steps (Session.run_seeds: the
+        session does not change), each for up to Max new tokens."""
         if self.session is None or self._generating:
             self.notice.emit("Generate or step first: the seeds continue the text from where it is")
             return
@@ -505,7 +514,9 @@ class GenerationWorker(QObject):
         limit = settings.pop("max_new_tokens")  # Max new: tokens per seed from here, as per Generate
         start = time.perf_counter()
         try:
-            run = self.session.run_seeds(range(request["count"]), max_new_tokens=limit, **settings)
+            run = self.session.run_seeds(
+                range(request["count"]), max_new_tokens=limit, at=request.get("at"), **settings
+            )
         except ValueError as error:
             self.failed.emit(f"could not run the seeds: {error}")
             return

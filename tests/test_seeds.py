@@ -119,3 +119,81 @@ def test_a_server_is_refused():
 
     with pytest.raises(ValueError, match="a server samples itself"):
         engine.Session(FakeStreamingBackend(), "ab").run_seeds([1])
+
+
+def stepped(model, steps, **settings):
+    session = engine.Session(model, PROMPT, **{"temperature": 1.0, "seed": 7, "max_new_tokens": 60, **settings})
+    for _ in range(steps):
+        session.step()
+    return session
+
+
+@pytest.mark.parametrize("changes", [{}, dict(temperature=1.4, top_k=8)])
+def test_from_an_earlier_step_as_the_session_would_write_after_rewinding_there(story_model, changes):
+    """Issue 24: "Run seeds from here" ignored the selected token. at=k: each seed writes what the session writes
+    after keeping its first k steps (Continue from here), bit for bit; the session's text, log and next steps
+    stay as they were (the cache positions after k are put back, not recomputed)."""
+    session = stepped(story_model, 10)
+    before = (list(session.ids), records(session.steps), list(session.actions), list(session.path))
+    run = session.run_seeds([3, 7, 11], max_new_tokens=12, at=4, **changes)
+    assert (list(session.ids), records(session.steps), list(session.actions), list(session.path)) == before
+    assert run.at == 4 and run.text == session.prompt_text + "".join(s.token for s in session.steps[:4])
+    for seed in (3, 7, 11):
+        rewound = stepped(story_model, 10)
+        rewound.rewind(6)
+        rewound.update_settings(seed=seed, **changes)
+        assert records(run.steps[seed]) == records(rewound.run()[:12]), seed
+    if not changes:  # the session's own seed: its stream goes on from there, so it writes the session's steps
+        assert records(run.steps[7]) == records(session.steps[4:10]) + records(run.steps[7][6:])
+    assert records([session.step()]) == records([stepped(story_model, 11).steps[10]])  # it goes on as it would
+
+
+def test_from_an_earlier_step_under_the_settings_it_was_taken_with(story_model):
+    """A settings change after step k belongs to the steps after it: from k, the seeds draw as the session
+    did there (its temperature, its random stream)."""
+    session = stepped(story_model, 4)
+    session.update_settings(temperature=0.3, seed=99)
+    for _ in range(5):
+        session.step()
+    run = session.run_seeds([7], max_new_tokens=5, at=3)
+    assert records(run.steps[7][:1]) == records(session.steps[3:4])  # seed 7 at T 1.0: the step it took
+    assert records(run.steps[7]) == records(stepped(story_model, 3).run_seeds([7], max_new_tokens=5).steps[7])
+
+
+def test_from_an_earlier_step_refuses_what_a_rewind_would_not_allow(story_model):
+    session = engine.Session(story_model, PROMPT, temperature=0.0)
+    session.run()
+    assert session.stopped == "end of story"
+    before = (list(session.ids), records(session.steps), list(session.actions))
+    for at in (-1, len(session.steps) + 1, True, "3", 2.0):
+        with pytest.raises(ValueError, match=f"at must be a number of steps from 0 to {len(session.steps)}"):
+            session.run_seeds([1], at=at)
+    with pytest.raises(ValueError, match="the text has stopped"):
+        session.run_seeds([1], at=len(session.steps))  # after the end token
+    run = session.run_seeds([1, 2], temperature=1.0, at=len(session.steps) - 1)  # before it: the seeds go on
+    assert run.at == len(session.steps) - 1 and all(run.steps[seed] for seed in (1, 2))
+    assert (list(session.ids), records(session.steps), list(session.actions)) == before
+    assert records(session.run_seeds([5], temperature=1.0, at=0).steps[5]) == records(
+        engine.Session(story_model, PROMPT, temperature=1.0, seed=5).run()
+    )
+
+
+def test_from_an_earlier_step_on_llamacpp(smollm2_llamacpp):
+    """llama.cpp copies its memory whole: kept aside and put back, the session goes on bit for bit."""
+    prompt = "The history of computing"
+    session = engine.Session(smollm2_llamacpp, prompt, temperature=1.0, seed=7, max_new_tokens=40)
+    for _ in range(8):
+        session.step()
+    run = session.run_seeds([1, 2], max_new_tokens=5, at=3)
+    rewound = engine.Session(smollm2_llamacpp, prompt, temperature=1.0, seed=7, max_new_tokens=40)
+    for _ in range(3):
+        rewound.step()
+    reference = [rewound.step() for _ in range(6)]
+    for seed in (1, 2):
+        other = engine.Session(smollm2_llamacpp, prompt, temperature=1.0, seed=7, max_new_tokens=40)
+        for _ in range(8):
+            other.step()
+        other.rewind(5)
+        other.update_settings(seed=seed)
+        assert records(run.steps[seed]) == records([other.step() for _ in range(5)])
+    assert records([session.step()]) == records([reference[-1]])

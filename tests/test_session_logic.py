@@ -401,6 +401,8 @@ def test_a_trace_of_every_kind_of_action_replays_bit_for_bit_in_the_same_chunks(
     session.name_branch(grown.nodes[0], "first")
     session.pin_branch(grown.nodes[0])
     session.delete_branch(grown.nodes[1])
+    session.delete_branch(grown.nodes[2])
+    session.undo_tree_edit()  # the last delete taken back
     trace = session.trace()
     # "heads" needs a model whose layers the engine runs: replayed in tests/test_inside.py
     assert {a["kind"] for a in trace["actions"]} == ACTION_KINDS - {"stream", "heads"} and seen

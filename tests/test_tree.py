@@ -120,3 +120,77 @@ def test_the_same_token_under_other_settings_is_one_branch(story_model):
     again = session.step()
     assert again.token_id == first.token_id and again.draw != first.draw
     assert len(session.tree.children(0)) == 1 and session.tree.nodes[session.path[0]].step == first
+
+
+def test_undo_brings_a_deleted_branch_back_with_its_ids_and_replays(story_model, tmp_path):
+    """Issue 24: Delete could not be undone. undo_tree_edit takes back the last delete, name or pin (the last
+    first): the tree is as it was before (ids, names, expansion marks), steps are not undone, and the "undo"
+    action replays bit for bit."""
+    session, leaf_a, text_a, *_ = branched(story_model)
+    first_a = session.tree.path(leaf_a)[4]  # A's first step after the branch point
+    session.name_branch(leaf_a, "first try")
+    session.goto(session.path[6])  # B's text ended: expand from before its end
+    expanded = session.expand(top_k=2, depth=1, raw=True).nodes  # marked expanded, not walked into
+    before = session.tree.to_dict()
+    session.delete_branch(first_a)
+    session.delete_branch(expanded[1])
+    assert leaf_a in session.tree.deleted and "name" not in session.tree.to_dict()["nodes"][leaf_a]
+    steps = list(session.steps)
+    assert session.undo_tree_edit().node == expanded[1]  # the last edit first
+    edit = session.undo_tree_edit()
+    assert (edit.kind, edit.node) == ("delete", first_a) and leaf_a in edit.nodes
+    assert session.tree.to_dict() == before and session.steps == steps
+    assert session.tree.children(session.path[3]) == [first_a, session.path[4]]  # back in its place
+    assert session.actions[-2:] == [{"kind": "undo"}, {"kind": "undo"}]
+    session.goto(leaf_a)  # the branch is whole again, under its old ids
+    assert session.text == text_a
+    engine.save_trace(session.trace(), tmp_path / "undo.json")
+    report = engine.replay(engine.load_trace(tmp_path / "undo.json"), story_model)
+    assert report.identical and report.nodes == len(session.tree.nodes) - 1, report.summary()
+
+
+def test_undo_takes_back_names_and_pins_one_at_a_time_and_then_says_nothing_to_undo(story_model):
+    session, leaf_a, *_ = branched(story_model)
+    session.name_branch(leaf_a, "old")
+    session.name_branch(leaf_a, "new")
+    session.pin_branch(leaf_a)
+    session.step()  # steps are not tree edits: undo passes over them
+    steps = list(session.steps)
+    assert session.undo_tree_edit().kind == "pin" and leaf_a not in session.tree.pinned
+    assert session.undo_tree_edit().kind == "name" and session.tree.names[leaf_a] == "old"
+    session.undo_tree_edit()
+    assert leaf_a not in session.tree.names and session.steps == steps
+    actions = len(session.actions)
+    with pytest.raises(ValueError, match="nothing to undo"):
+        session.undo_tree_edit()
+    assert len(session.actions) == actions  # a refusal is not logged
+
+
+def test_undo_refuses_a_branch_whose_token_was_taken_again(story_model):
+    """One token under a node is one branch: a deleted branch whose first token the text took again since
+    cannot come back beside it (ValueError naming the node, nothing changes)."""
+    session, leaf_a, *_ = branched(story_model)
+    first_a = session.tree.path(leaf_a)[4]
+    session.delete_branch(first_a)
+    session.rewind(len(session.steps) - 4)
+    session.force_token(session.tree.nodes[first_a].step.token_id)
+    session.step()
+    again = session.path[-1]
+    assert again != first_a
+    tree, actions = session.tree.to_dict(), len(session.actions)
+    with pytest.raises(ValueError, match=f"taken again there since \\(node {again}\\); delete that branch first"):
+        session.undo_tree_edit()
+    assert session.tree.to_dict() == tree and len(session.actions) == actions
+
+
+def test_an_inserted_step_shows_the_models_probability(story_model):
+    """Issue 24: a forced branch showed "p 0" (the chain's probability of a token it did not draw): the tree's
+    view of an inserted step carries the model's own probability."""
+    session = engine.Session(story_model, PROMPT, temperature=0.0)
+    session.step()
+    session.insert_text(" ben")
+    forced = session.steps[-1]
+    assert forced.source == "forced" and forced.probability == 0.0 < forced.model_probability
+    view = session.tree.view(session.path[-1])
+    assert view.probability == forced.model_probability and view.source == "forced"
+    assert session.tree.view(session.path[0]).probability == session.steps[0].probability  # a drawn step: as drawn

@@ -67,7 +67,7 @@ def test_a_run_is_one_row_and_a_branch_in_its_middle_splits_it(panel):
     assert texts(panel) == ["(prompt)", "0.50  abcdef  ⟶ p 1.6e-02"] and panel.row_of(6) is row
     panel.update_tree(False, [NodeView(7, 2, "X", 0.25, "forced")], [1, 2, 7])  # a branch after "b"
     assert rows(panel) == [(0, "(prompt)", False), (1, "0.50  ab", True), (2, "0.50  cdef  ⟶ p 1.6e-02", False),
-                           (2, "0.25 [forced]  X  ⟶ p 6.2e-02", True)]  # fmt: skip
+                           (2, "model p 0.25, forced  X  ⟶ p 6.2e-02", True)]  # fmt: skip
     assert panel.row_of(1) is row and panel.row_of(2) is row  # the row keeps its start, its tail moved
     assert panel.run_of(4) == [3, 4, 5, 6] and panel.row_of(6).parent() is row
     assert panel.row_of(7).parent() is row
@@ -124,12 +124,28 @@ def test_deleting_a_node_removes_its_subtree(panel):
     assert texts(panel) == ["(prompt)", "0.50  aBc  ⟶ p 2.5e-02"]
 
 
+def test_a_deleted_branch_brought_back_returns_to_its_place(panel):
+    """Issue 24 (undo a delete): the nodes come back under their old ids, their rows where they were, before the
+    branches made after them."""
+    views = [*chain(1, 0, "a"), *chain(2, 1, "xy"), *chain(4, 1, "m"), *chain(5, 1, "n")]
+    panel.update_tree(True, views, [1, 4])
+    before = rows(panel)
+    assert [text for _d, text, _b in before] == ["(prompt)", "0.50  a", "0.50  xy  ⟶ p 0.12", "0.50  m  ⟶ p 0.25",
+                                                 "0.50  n  ⟶ p 0.25"]  # fmt: skip
+    panel.update_tree(False, [NodeView(n, p, t, 0.5, "model", deleted=True) for n, p, t in ((2, 1, "x"), (3, 2, "y"))],
+                      [1, 4])  # fmt: skip
+    assert texts(panel)[2:] == ["0.50  m  ⟶ p 0.25", "0.50  n  ⟶ p 0.25"]
+    panel.update_tree(False, views[1:3], [1, 4])  # undone: the same nodes, not deleted
+    assert rows(panel) == before and panel.summary.text() == "5 tokens in 3 branches"
+    assert panel.run_of(3) == [2, 3] and panel.row_of(3).parent() is panel.row_of(1)
+
+
 def test_marks_pins_names_and_unvisited_expansions(panel):
     panel.update_tree(True, [*chain(1, 0, "ab"), NodeView(3, 2, "r", 1.0, "rule"), NodeView(4, 2, "t", 0.5, "tool"),
                              NodeView(5, 1, "e", 0.2, "expanded", expanded=True),
                              NodeView(6, 5, "f", 0.5, "expanded", expanded=True)], [1, 2, 3])  # fmt: skip
-    assert texts(panel) == ["(prompt)", "0.50  a", "0.50  b", "1.00 [rule]  r  ⟶ p 0.25",
-                            "0.50 [tool]  t  ⟶ p 0.12", "0.20  ef  ⟶ p 5.0e-02"]  # fmt: skip
+    assert texts(panel) == ["(prompt)", "0.50  a", "0.50  b", "model p 1.00, rule  r  ⟶ p 0.25",
+                            "model p 0.50, tool  t  ⟶ p 0.12", "0.20  ef  ⟶ p 5.0e-02"]  # fmt: skip
     expanded = panel.row_of(5)
     assert panel.is_unvisited(expanded) and not panel.is_unvisited(panel.row_of(3))
     assert expanded.font(0).italic() and expanded.foreground(0).color().name() == "#808080"

@@ -1,6 +1,9 @@
 """The Tree tab (issue 16): every branch of the session under the prompt, a run of tokens without a branch as
 one row, the active branch bold; a click on a row makes its branch the text again. Real window, story model."""
 
+import re
+
+import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QCheckBox, QLabel, QPushButton, QSpinBox, QTableWidget, QTreeWidget
@@ -162,3 +165,102 @@ def test_expanding_a_finished_story_and_a_refused_expansion_that_moves_nothing(q
     qtbot.waitUntil(lambda: not window.controller.branches.expanding, timeout=WAIT)
     assert (session.text, len(session.actions), list(session.path)) == before
     assert window.token_view.whole_text() == text and child(window, QPushButton, "expandButton").isEnabled()
+
+
+def press_undo(qtbot, widget):
+    widget.setFocus()
+    qtbot.keyClick(widget, Qt.Key.Key_Z, Qt.KeyboardModifier.ControlModifier)
+
+
+def test_ctrl_z_undoes_tree_edits_and_leaves_typing_to_the_text_boxes(qtbot, window, monkeypatch, tmp_path):
+    """Issue 24: Delete asked nothing and could not be undone. Edit > Undo tree edit (Ctrl+Z) takes back the last
+    delete, name or pin: the row comes back and the status bar says what was undone; Ctrl+Z in a text box with
+    the focus still undoes the typing there."""
+    type_prompt(qtbot, window, "mia has a red ball.")
+    window.controls.max_tokens.setValue(6)
+    generate(qtbot, window)
+    panel, session = window.tree_panel, window.session()
+    result = expand_from_end(qtbot, window)
+    action = child(window, QAction, "undoTreeEditAction")
+    assert action.shortcut().toString() == "Ctrl+Z"
+    assert "Edit" in [a.text().replace("&", "") for a in window.menuBar().actions()]
+    other = next(n for n, _ in result.leaves if n not in session.path)
+    first = panel.run_of(other)[0]
+    row_text = panel.row_of(other).text(0)
+    panel.menu_for(other).findChild(QAction, "deleteBranchAction").trigger()
+    qtbot.waitUntil(lambda: other not in panel.views, timeout=WAIT)
+    assert window.message_label.text() == "Branch deleted: Edit > Undo tree edit (Ctrl+Z) brings it back"
+    press_undo(qtbot, panel.tree)
+    qtbot.waitUntil(lambda: other in panel.views, timeout=WAIT)
+    assert panel.row_of(other).text(0) == row_text and panel.run_of(other)[0] == first  # the same nodes, ids
+    assert panel.is_unvisited(panel.row_of(other))  # still an expansion nobody walked into
+    assert window.message_label.text().startswith("Undone: deleting the branch from")
+    assert "it is back in the tree" in window.message_label.text()
+    # a name, then typing in the text boxes: their Ctrl+Z undoes the typing, the name stays
+    monkeypatch.setattr(panel, "ask_name", lambda current: "keep")
+    panel.menu_for(other).findChild(QAction, "renameBranchAction").trigger()
+    qtbot.waitUntil(lambda: "«keep»" in panel.row_of(other).text(0), timeout=WAIT)
+    qtbot.keyClicks(window.insert_edit, " ben")
+    press_undo(qtbot, window.insert_edit)
+    assert window.insert_edit.text() != " ben"
+    prompt = window.controls.prompt
+    qtbot.keyClicks(prompt, " x")
+    press_undo(qtbot, prompt)
+    assert prompt.toPlainText() != "mia has a red ball. x"
+    qtbot.wait(200)  # nothing reached the worker: the name is there
+    assert "«keep»" in panel.row_of(other).text(0) and session.tree.names[other] == "keep"
+    press_undo(qtbot, panel.tree)
+    qtbot.waitUntil(lambda: "«keep»" not in panel.row_of(other).text(0), timeout=WAIT)
+    assert window.message_label.text().startswith("Undone: naming the branch at") and "no name again" in (
+        window.message_label.text()
+    )
+    action.trigger()  # from the menu: nothing left to undo, and it says so
+    qtbot.waitUntil(lambda: "nothing to undo" in window.message_label.text(), timeout=WAIT)
+    window.export_trace(tmp_path / "undo.json")
+    trace = engine.load_trace(tmp_path / "undo.json")
+    assert [a["kind"] for a in trace["actions"]].count("undo") == 2
+    assert engine.replay(trace, window.model).identical
+
+
+def test_expand_on_a_fresh_prompt_grows_the_tree_from_the_prompt(qtbot, window):
+    """Issue 24: Expand on a fresh prompt was refused ("generate or step first"); expanding from the prompt is
+    the first thing a loom user does. A new prompt after a run starts its own session the same way."""
+    type_prompt(qtbot, window, "ben has a blue kite.")
+    result = expand_from_end(qtbot, window, top_k=3, depth=2, budget=12)
+    session, panel = window.session(), window.tree_panel
+    assert session.prompt == "ben has a blue kite." and session.steps == []
+    assert sorted(session.tree.children(0)) == sorted(result.nodes[:3]) and len(result.nodes) == 12
+    assert window.message_label.text().startswith("Expanded: 12 new nodes, 2 levels")
+    assert window.token_view.whole_text() == "ben has a blue kite." and window.token_view.step_count() == 0
+    assert all(n in panel.views for n in result.nodes)
+    assert "12 expanded not visited" in child(window, QLabel, "treeSummary").text()
+    # another prompt, with a row of the old tree selected: the new session's tree grows from its prompt
+    panel.tree.setCurrentItem(panel.row_of(result.nodes[-1]))
+    type_prompt(qtbot, window, "leo has a tan mug.")
+    second = expand_from_end(qtbot, window, top_k=2, depth=1, budget=5)
+    assert window.session().prompt == "leo has a tan mug." and window.session() is not session
+    assert [window.session().tree.nodes[n].parent for n in second.nodes] == [0, 0]
+
+
+def test_a_forced_branch_shows_the_models_probability(qtbot, window):
+    """Issue 24: a forced branch's row said "p 0" (at temperature 0 the chain gives a token it did not choose
+    nothing); it shows the model's probability, marked as such."""
+    from test_window import click_bar, token_point
+
+    type_prompt(qtbot, window, "mia has a red ball.")
+    window.controls.max_tokens.setValue(5)
+    generate(qtbot, window)
+    view = window.token_view
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=token_point(view, 2))
+    with qtbot.waitSignal(window.controller.idle, timeout=WAIT):
+        click_bar(qtbot, window, 3)  # another token at the third step: a forced branch
+    window.controller.flush()
+    session, panel = window.session(), window.tree_panel
+    forced = session.steps[2]
+    assert forced.source == "forced" and forced.probability == 0.0 < forced.model_probability
+    node = session.path[2]
+    qtbot.waitUntil(lambda: node in panel.views, timeout=WAIT)
+    shown = re.match(r"model p (\S+), forced  ", panel.row_of(node).text(0))  # was "0.00 [forced]"
+    assert shown and float(shown[1]) == pytest.approx(forced.model_probability, rel=0.2) and float(shown[1]) > 0
+    tip = re.search(r"model p (\S+)  forced", panel.row_tip(panel.row_of(node)))
+    assert tip and float(tip[1]) == pytest.approx(forced.model_probability, rel=0.2)

@@ -7,6 +7,7 @@ text is fed only when the next position's scores are needed.
 """
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -166,6 +167,19 @@ class LocalContext:
         for position in [p for p in self._rows if p > length]:
             del self._rows[position]
 
+    @contextmanager
+    def rewound(self, length: int):
+        """The context as truncate(length) leaves it, for a look from there that must leave the positions after
+        as they were (many seeds from an earlier token): those are kept aside and put back after, bit for bit
+        (recomputing them in another chunking would change the numbers of every later step)."""
+        rows, kept = dict(self._rows), self.cache.keep_aside(min(self.cache.length, length))
+        self.truncate(length)
+        try:
+            yield
+        finally:
+            self.cache.put_back(kept)
+            self._rows = rows
+
     def close_stream(self, steps):
         return steps  # nothing streams here
 
@@ -255,6 +269,22 @@ class LocalContext:
             self.cache.truncate(start)
             raise
         return rows
+
+
+class ArrayCache:
+    """keep_aside / put_back (LocalContext.rewound) for a preallocated cache of `k` and `v` arrays whose
+    second-to-last axis is the position, `length` positions in use."""
+
+    def keep_aside(self, start: int) -> tuple:
+        """A copy of the positions from `start` on."""
+        end = self.length
+        return start, end, self.k[..., start:end, :].copy(), self.v[..., start:end, :].copy()
+
+    def put_back(self, kept: tuple) -> None:
+        """The positions kept aside, as they were (whatever was written there since)."""
+        start, length, k, v = kept
+        self.k[..., start:length, :], self.v[..., start:length, :] = k, v
+        self.length = length
 
 
 class LocalBackend:

@@ -1,7 +1,7 @@
 """Replay: a trace's action log repeated on a fresh session, every step compared with the recorded one.
 
 Replay repeats the log (sample, stream, force, insert, choose, rewind, settings, and the tree's goto,
-expand, delete, name, pin) on a session of the same
+expand, delete, name, pin, undo) on a session of the same
 starting settings, so the forward passes run in the same chunks and the steps come out bit for bit the
 same on the same machine. It runs no rule and no tool: what they inserted is in the log.
 """
@@ -174,6 +174,8 @@ def _perform(session, action: dict) -> None:
         session.name_branch(action["node"], action["name"])
     elif kind == "pin":
         session.pin_branch(action["node"], action["pinned"])
+    elif kind == "undo":
+        session.undo_tree_edit()
     elif kind == "heads":
         session.steer_heads(action["scales"])
     else:

@@ -37,6 +37,7 @@ class SeedRun:
     seeds: tuple[int, ...]
     steps: dict[int, tuple[Step, ...]]  # seed -> its steps
     nodes: tuple[SeedNode, ...]
+    at: int | None = None  # Session.run_seeds: the session's steps the seeds continued (what they kept)
 
     def continuation(self, seed: int) -> str:
         return "".join(step.token for step in self.steps[seed])

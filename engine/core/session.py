@@ -16,9 +16,8 @@ from engine.core.healing import healer_for
 from engine.core.rules import Rule
 from engine.core.settings import Settings
 from engine.core.steps import Candidates, Step
-from engine.core.tree import Tree, shared_prefix
+from engine.core.tree import INSERTED, Tree, shared_prefix
 
-INSERTED = ("forced", "rule", "tool")  # the sources of inserted text
 NO_HEALING = "token healing needs a backend the engine samples for (a server samples itself): set heal=False"
 
 
@@ -197,35 +196,67 @@ class Session:
             taken.append(step)
         return taken
 
-    def run_seeds(self, seeds, max_new_tokens: int | None = None, **changes):
+    def run_seeds(self, seeds, max_new_tokens: int | None = None, at: int | None = None, **changes):
         """Many seeds at once from here (engine/core/seeds.py): each seed continues the text as this session
         would after update_settings(seed=s, **changes) and run(), bit for bit, for at most max_new_tokens new
-        tokens (default: the settings'); shared prefixes are computed once. Rules do not act; the session
-        itself does not change. -> SeedRun (the tree of what was drawn with counts, each seed's steps)."""
+        tokens (default: the settings'); shared prefixes are computed once. at: from the first `at` steps
+        (what Continue from here keeps), as the session would after rewinding to there; None: from the end.
+        Rules do not act; the session itself does not change (nor its text, nor what comes next).
+        -> SeedRun (the tree of what was drawn with counts, each seed's steps; its `at`)."""
         from engine.core.seeds import run_seeds
 
         if not self.model.capabilities.local_sampling:
             raise ValueError("many seeds need a backend the engine samples for (a server samples itself)")
-        settings = replace(self.settings, **_known(changes)).check_vocab(self.model.vocab_size)  # validates
+        keep = len(self.steps) if at is None else at
+        if not isinstance(keep, int) or isinstance(keep, bool) or not 0 <= keep <= len(self.steps):
+            raise ValueError(f"at must be a number of steps from 0 to {len(self.steps)}, not {at!r:.40}")
+        here = self._standing(keep)
+        settings = replace(here.settings, **_known(changes)).check_vocab(self.model.vocab_size)  # validates
         if settings.grammar is not None:
             raise ValueError("many seeds do not follow a grammar: clear the grammar first")
-        if self._healing is not None:
+        if here.healing is not None:
             raise ValueError("token healing is still spelling the end of the text: take a step first")
-        if self.stopped not in (None, "max_new_tokens"):
-            raise ValueError(f"the text has stopped ({self.stopped}): there is nothing to continue")
+        if here.stopped not in (None, "max_new_tokens"):
+            raise ValueError(f"the text has stopped ({here.stopped}): there is nothing to continue")
         limit = settings.max_new_tokens if max_new_tokens is None else max_new_tokens
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
             raise ValueError(f"max_new_tokens must be an int >= 1, not {limit!r}")
         self.interrupt()
 
         def stream_of(seed: int) -> random.Random:  # as update_settings(seed=seed, **changes) leaves the stream
-            if replace(settings, seed=seed, max_new_tokens=self.settings.max_new_tokens) == self.settings:
+            if replace(settings, seed=seed, max_new_tokens=here.settings.max_new_tokens) == here.settings:
                 stream = random.Random()
-                stream.setstate(self._rng.getstate())  # nothing but the limit changes: the stream goes on
+                stream.setstate(here.random_state)  # nothing but the limit changes: the stream goes on
                 return stream
             return random.Random(seed)  # a fresh stream from the seed
 
-        return run_seeds(self._context, self.model, list(self.ids), self.text, settings, seeds, limit, stream_of)
+        ids = self.ids[: len(self.prompt_ids) + keep]
+        if keep == len(self.steps):
+            run = run_seeds(self._context, self.model, ids, here.text, settings, seeds, limit, stream_of)
+        else:
+            with self._context.rewound(len(ids)):  # as rewind leaves it; the positions after are put back
+                run = run_seeds(self._context, self.model, ids, here.text, settings, seeds, limit, stream_of)
+        return replace(run, at=keep)
+
+    def _standing(self, keep: int) -> "Standing":
+        """The session as a rewind to its first `keep` steps would leave it (_cut's arithmetic; nothing changes)."""
+        if keep == len(self.steps):
+            return Standing(self.text, self.settings, self._rng.getstate(), self._healing, self.stopped)
+        epochs = list(self._epochs)
+        while epochs[-1].start > keep:  # settings changed after that point
+            epochs.pop()
+        epoch, draws = epochs[-1], self._draws_before[keep]
+        stream = random.Random(epoch.settings.seed)
+        for _ in range(draws - epoch.draws_before):
+            stream.random()
+        ids = self.ids[: len(self.prompt_ids) + keep]
+        stopped = None
+        if keep and ids[-1] in self.model.end_token_ids:
+            stopped = self.model.end_reason
+        elif len(ids) >= self.model.context_length:
+            stopped = "context full"
+        text = self.text[: self._text_lengths[keep]]
+        return Standing(text, epoch.settings, stream.getstate(), self._healing_before[keep], stopped)
 
     def expand(self, top_k=3, coverage=None, depth=3, budget=200, raw=False, progress=None, cancelled=None):
         """Grow the tree below where the text is (engine/core/expand.py): each node's top_k most probable next
@@ -302,6 +333,14 @@ class Session:
         """Pin (or unpin) a node: a branch holding a pinned node cannot be deleted. Logged."""
         self.tree.pin(node_id, pinned)
         self._log({"kind": "pin", "node": node_id, "pinned": pinned})
+
+    def undo_tree_edit(self):
+        """Take back the last tree edit (delete_branch, name_branch, pin_branch) not yet undone: a deleted branch
+        comes back with its ids (engine/core/tree.py's Tree.undo). Steps are not undone. ValueError "nothing to
+        undo" when there is none (nothing changes). Logged, so replay undoes the same edit. -> the TreeEdit."""
+        edit = self.tree.undo()
+        self._log({"kind": "undo"})
+        return edit
 
     def compare_branches(self, a, b):
         """Two branches of the tree from where they part -> (the text up to there, a's steps after it, b's)."""
@@ -667,6 +706,17 @@ class Epoch:
     start: int  # the first step these settings apply to
     settings: Settings
     draws_before: int  # random draws taken before it (its own stream starts at Random(settings.seed))
+
+
+@dataclass(frozen=True)
+class Standing:
+    """Where a session stands after some of its steps (Session._standing): what carrying on from there needs."""
+
+    text: str
+    settings: Settings
+    random_state: tuple  # the random stream's state (random.Random.getstate)
+    healing: bytes | None  # token healing's bytes still to spell
+    stopped: str | None  # why no step could follow there (an end token, the context full), or None
 
 
 @dataclass(frozen=True)

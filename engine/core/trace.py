@@ -13,7 +13,7 @@ same.
 
 "tree" holds every branch the session took (engine/core/tree.py): nodes with an id and a parent id, each with
 its step; "path" the active branch. A "goto" action puts another branch back; "expand" grows the tree
-(engine/core/expand.py); "delete", "name" and "pin" edit it; "heads" scales attention heads (Session.steer_heads). "branches": "active" marks a trace exported with
+(engine/core/expand.py); "delete", "name" and "pin" edit it, "undo" takes back the last of those; "heads" scales attention heads (Session.steer_heads). "branches": "active" marks a trace exported with
 the active branch alone (its tree is that one path, numbered 1..n; the action log is whole and replays). Schema 3 had no tree: it opens
 as one branch (its steps).
 
@@ -45,7 +45,7 @@ SCHEMA_V2 = "token-playground/trace/2"  # a step's candidates hold every stage b
 SCHEMA_V1 = "token-playground/trace/1"  # fixed stage fields (temperature, top_k, final): still opens and replays
 SCHEMAS = (SCHEMA, SCHEMA_V3, SCHEMA_V2, SCHEMA_V1)
 ACTION_KINDS = {"sample", "stream", "force", "insert", "choose", "rewind", "goto", "settings", "rules", "expand",
-                "delete", "name", "pin", "heads"}  # fmt: skip
+                "delete", "name", "pin", "undo", "heads"}  # fmt: skip
 BRANCHES = ("all", "active")  # a trace's tree: every branch, or only the one the text is on
 
 

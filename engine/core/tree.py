@@ -9,7 +9,8 @@ taken before and after it, token healing's state, and the settings epoch it was 
 
 Besides the steps, a tree holds what a person made of it: a branch's name, pins (a pinned branch cannot be
 deleted), deleted nodes (their ids stay: the action log names nodes by id), and the nodes an expansion
-(engine/core/expand.py) added that nobody has walked into yet.
+(engine/core/expand.py) added that nobody has walked into yet. Each of those edits (delete, name, pin) can be
+undone, the last first: a deleted branch comes back with its ids, names and marks (`Tree.undo`).
 
 In a trace (schema 4) the tree is `"tree": {"nodes": [{"id", "parent", "step"}...]}`, node 0 the root with
 no parent and no step, each parent an earlier node; a node may also hold "name" (text), and "pinned",
@@ -23,6 +24,7 @@ import numpy as np
 from engine.core.steps import Step
 
 MAX_NAME = 200  # characters in a branch's name
+INSERTED = ("forced", "rule", "tool")  # the sources of inserted text (steps not drawn)
 MARKS = {"pinned": bool, "expanded": bool, "raw": bool, "deleted": bool, "name": str}  # a trace node's optional keys
 
 
@@ -45,12 +47,26 @@ class NodeView:
     id: int
     parent: int | None
     token: str
-    probability: float  # the chain's final probability of the step; the raw model's where an expansion weighed by it
+    probability: float  # the chain's final probability of the step; the raw model's where an expansion weighed by
+    #                     it, and of an inserted step (forced, rule, tool: it was not drawn)
     source: str  # the step's: "model", "forced", "rule", "tool" or "expanded"
     name: str = ""
     pinned: bool = False
     expanded: bool = False  # added by an expansion, not walked into yet
     deleted: bool = False
+
+
+@dataclass(frozen=True)
+class TreeEdit:
+    """One edit a person made to the tree (delete, name or pin), with what `Tree.undo` needs to take it back."""
+
+    kind: str  # "delete", "name" or "pin"
+    node: int
+    before: object = None  # name: the name it had ("": none); pin: whether it was pinned; delete: its index
+    #                        among its parent's children
+    nodes: tuple[int, ...] = ()  # delete: the nodes deleted, parents first
+    names: tuple[tuple[int, str], ...] = ()  # delete: the names they had
+    expanded: tuple[int, ...] = ()  # delete: those an expansion had added that nobody had walked into
 
 
 class Tree:
@@ -63,6 +79,7 @@ class Tree:
         self.raw: set[int] = set()  # expanded nodes weighed by the raw model (kept after they are walked into)
         self.deleted: set[int] = set()
         self.touched: list[int] = []  # every node made or changed, in order (the window asks what is new)
+        self.edits: list[TreeEdit] = []  # the edits undo can take back, the last last
 
     def children(self, node_id: int) -> list[int]:
         return list(self._children[node_id])
@@ -132,7 +149,11 @@ class Tree:
         pinned = next((n for n in gone if n in self.pinned), None)
         if pinned is not None:
             raise ValueError(f"the branch holds pinned node {pinned}: unpin it first")
-        self._children[self.nodes[node_id].parent].remove(node_id)
+        siblings = self._children[self.nodes[node_id].parent]
+        self.edits.append(TreeEdit("delete", node_id, siblings.index(node_id), tuple(gone),
+                                   tuple((n, self.names[n]) for n in gone if n in self.names),
+                                   tuple(n for n in gone if n in self.expanded)))  # fmt: skip
+        siblings.remove(node_id)
         for n in gone:
             self.deleted.add(n)
             self.names.pop(n, None)
@@ -147,6 +168,7 @@ class Tree:
             raise ValueError(f"a branch's name must be one line of at most {MAX_NAME} characters, got {name!r:.60}")
         if node_id == 0:
             raise ValueError("the prompt is the root of every branch: name a node under it")
+        self.edits.append(TreeEdit("name", node_id, self.names.get(node_id, "")))
         if name:
             self.names[node_id] = name
         else:
@@ -160,17 +182,54 @@ class Tree:
             raise ValueError(f"pinned must be True or False, got {pinned!r:.40}")
         if node_id == 0:
             raise ValueError("the prompt is the root of every branch: pin a node under it")
+        self.edits.append(TreeEdit("pin", node_id, node_id in self.pinned))
         (self.pinned.add if pinned else self.pinned.discard)(node_id)
         self.touched.append(node_id)
+
+    def undo(self) -> TreeEdit:
+        """Take back the last edit (delete, name or pin) not yet undone -> that edit. A deleted branch comes back
+        where it was, with its ids, names and expansion marks; a name or a pin goes back to what it was. Refused
+        (ValueError, nothing changes) when there is none, or where the same token was taken again under the
+        deleted branch's parent since (one token is one branch: delete that one first)."""
+        if not self.edits:
+            raise ValueError("nothing to undo: no branch was deleted, named or pinned (steps are not undone)")
+        edit = self.edits[-1]
+        if edit.kind == "delete":
+            self._restore(edit)
+        elif edit.kind == "name" and edit.before:
+            self.names[edit.node] = edit.before
+        elif edit.kind == "name":
+            self.names.pop(edit.node, None)
+        else:
+            (self.pinned.add if edit.before else self.pinned.discard)(edit.node)
+        self.edits.pop()
+        if edit.kind != "delete":
+            self.touched.append(edit.node)
+        return edit
+
+    def _restore(self, edit: TreeEdit) -> None:
+        """A deleted branch back in its place (checked first: a refusal changes nothing)."""
+        parent = self.nodes[edit.node].parent
+        token_id = self.nodes[edit.node].step.token_id
+        again = next((c for c in self._children[parent] if self.nodes[c].step.token_id == token_id), None)
+        if again is not None:
+            raise ValueError(f"cannot bring back the deleted branch from node {edit.node}: its first token "
+                             f"{self.nodes[edit.node].step.token!r} was taken again there since (node {again}); "
+                             "delete that branch first")  # fmt: skip
+        self._children[parent].insert(edit.before, edit.node)
+        self.deleted.difference_update(edit.nodes)
+        self.names.update(edit.names)
+        self.expanded.update(edit.expanded)
+        self.touched.extend(edit.nodes)
 
     # --- views -------------------------------------------------------------------------------------
     def view(self, node_id: int) -> NodeView:
         node = self.nodes[node_id]
         if node.step is None:
             return NodeView(0, None, "", 1.0, "prompt")
-        raw = node_id in self.raw
+        model = node_id in self.raw or node.step.source in INSERTED  # not drawn: the model's own p
         return NodeView(node_id, node.parent, node.step.token,
-                        node.step.model_probability if raw else node.step.probability, node.step.source,
+                        node.step.model_probability if model else node.step.probability, node.step.source,
                         self.names.get(node_id, ""), node_id in self.pinned, node_id in self.expanded,
                         node_id in self.deleted)  # fmt: skip
 

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from engine.backends.local import LocalBackend
+from engine.backends.local import ArrayCache, LocalBackend
 from engine.core.checks import checked_ids
 from engine.core.inside import Inside
 
@@ -119,7 +119,7 @@ def causal_attention_weights(q, k):  # [..., H, Tq, dh], [..., H, Tk, dh] -> [..
     return softmax(scores)
 
 
-class KVCache:
+class KVCache(ArrayCache):
     """Keys and values of every position seen so far, preallocated for the whole context.
 
     Appending writes rows in place (no per-token copies); truncating to n positions is O(1)."""

@@ -1,5 +1,5 @@
-"""The Seeds tab: run many seeds from where the text is, with the controls' settings (Session.run_seeds, in the
-worker), and see what they wrote: the distinct continuations, most frequent first, with their counts. A
+"""The Seeds tab: run many seeds from where the text is (or from the selected token, as Continue from here would
+keep it), with the controls' settings (Session.run_seeds, in the worker), and see what they wrote: the distinct continuations, most frequent first, with their counts. A
 click on one puts its first seed in the controls, so Generate (or Step) writes exactly that continuation.
 Under the list, the tree the seeds drew (SeedRun.nodes): a run of tokens every seed there shares is one row,
 each row with how many seeds passed through it, the most taken first; a path at least half the seeds took is
@@ -29,6 +29,11 @@ from .tree_panel import free_rows, shown
 SHOWN = 50  # continuations listed
 
 
+def start_text(at: int, token: str) -> str:
+    """Where seeds from an earlier step start, as the Seeds tab and the status bar say it."""
+    return f"from step {at}, {token!r}"
+
+
 class SeedsPanel(QWidget):
     runRequested = Signal(int)  # how many seeds
     seedChosen = Signal(int)  # the first seed that wrote the clicked continuation
@@ -42,7 +47,8 @@ class SeedsPanel(QWidget):
         self.count.setToolTip("how many seeds (0, 1, 2, ...) continue the text")
         self.run_button = QPushButton("Run seeds from here", objectName="runSeedsButton")
         self.run_button.setToolTip("each seed continues the text with the controls' settings, as Generate would "
-                                   "with that seed; rules do not act")  # fmt: skip
+                                   "with that seed (from the selected token, as Continue from here would: the text "
+                                   "stays as it is); rules do not act")  # fmt: skip
         self.run_button.clicked.connect(lambda: self.runRequested.emit(self.count.value()))
         self.summary = QLabel("", objectName="seedSummary")
         self.summary.setWordWrap(True)
@@ -57,6 +63,7 @@ class SeedsPanel(QWidget):
         self.seed_tree.setToolTip("the tree the seeds drew: ×n seeds passed through a row; a run of tokens they "
                                   "all share is one row; bold: at least half the seeds")  # fmt: skip
         self._seed_rows: list[QTreeWidgetItem] = []  # the tree's rows, freed one by one on the next run
+        self.start = ""  # where the run shown started, when not at the end of the text (start_text)
 
         row = QHBoxLayout()
         row.addWidget(QLabel("Seeds"))
@@ -73,23 +80,27 @@ class SeedsPanel(QWidget):
     def set_running(self, running: bool) -> None:
         self.run_button.setEnabled(not running)
 
-    def clear(self, why: str = "") -> None:
-        """Forget the run shown (the text it started from changed), saying why."""
+    def clear(self, why: str = "") -> bool:
+        """Forget the run shown (the text it started from changed), saying why -> whether there was one."""
         if not self.completions.count() and not self.seed_tree.topLevelItemCount():
-            return
+            return False
         self.completions.clear()
         if self.seed_tree.topLevelItemCount():
             free_rows([self.seed_tree.takeTopLevelItem(0), *self._seed_rows])
             self._seed_rows = []
         self.summary.setText(why)
+        self.start = ""
+        return True
 
-    def show_run(self, run, seconds: float, measure: dict | None) -> None:
-        """A SeedRun: its continuations by frequency, and a summary (the story model's measure, if given)."""
+    def show_run(self, run, seconds: float, measure: dict | None, start: str = "") -> None:
+        """A SeedRun: its continuations by frequency, and a summary (the story model's measure, if given);
+        start: where the seeds started when it is not the end of the text ("from step 12, ' ball'")."""
         completions = run.completions()
         first_seed = {}
         for seed in run.seeds:
             first_seed.setdefault(run.continuation(seed), seed)
-        parts = [f"{len(run.seeds)} seeds: {len(completions)} different continuations, a tree of "
+        self.start = start
+        parts = [f"{len(run.seeds)} seeds{' ' + start if start else ''}: {len(completions)} different continuations, a tree of "
                  f"{len(run.nodes) - 1} tokens ({seconds:.2f} s)"]  # fmt: skip
         if measure is not None:
             parts.append(f"{measure['well_formed']} wrote a well-formed story, {measure['keeps_color_and_object']} "

@@ -10,8 +10,9 @@ deletes, expands or compares its branch; the controls above the tree expand from
 The widget only draws: the worker sends the nodes that are new or changed (update_tree) and the controller
 acts on the requests. An update costs what changed, not the tree's size: a new token extends its row's text,
 a branch in the middle of a row splits it, a path change re-styles the rows whose bold state changed.
-Deleted nodes (rare) and a new tree rebuild every row, in bulk."""
+Deleted nodes (rare), a deleted branch brought back (undo) and a new tree rebuild every row, in bulk."""
 
+import bisect
 import math
 
 from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
@@ -39,7 +40,7 @@ TIP_ROWS = 40  # tokens listed in a row's tooltip
 ROW_CHARS = 800  # of a longer row's text, its start and its end are shown
 DROP_AFTER_MS = 250  # a rebuilt tree's old rows are freed in an event of their own, after the new ones show
 SEQUENCE_TIP = ("⟶ p: the product of each step's probability from the prompt; an expansion under the raw model "
-                "weighs by the raw model's")  # fmt: skip
+                "weighs by the raw model's, and so does a forced step (it was not drawn)")  # fmt: skip
 ROOT = NodeView(0, None, "", 1.0, "prompt")
 
 
@@ -135,6 +136,7 @@ class TreePanel(QWidget):
         self._named: set[int] = set()
         self._pinned: set[int] = set()
         self._count = self._leaves = self._unvisited = 0
+        self._newest = 0  # the highest node id drawn: a node new here below it is one an undo brought back
 
     def update_tree(self, new: bool, views, path) -> None:
         """views: the nodes new or changed since the last call (engine NodeViews); path: the node of each step
@@ -187,8 +189,10 @@ class TreePanel(QWidget):
 
     def _needs_rebuild(self, view: NodeView) -> bool:
         old = self.views.get(view.id)
-        return old is not None and (view.deleted or (old.token, old.probability, old.source, old.parent)
-                                    != (view.token, view.probability, view.source, view.parent))  # fmt: skip
+        if old is None:  # a deleted branch brought back goes back in its place among its siblings
+            return not view.deleted and view.id < self._newest
+        drawn = (old.token, old.probability, old.source, old.parent)
+        return view.deleted or drawn != (view.token, view.probability, view.source, view.parent)
 
     def _joined(self, parent: int, child: int) -> bool:
         """Whether a child continues its parent's row: the only child, and both walked or both not."""
@@ -200,7 +204,8 @@ class TreePanel(QWidget):
         node, parent = view.id, view.parent
         self.views[node] = view
         self.children[node] = []
-        self.children[parent].append(node)
+        bisect.insort(self.children[parent], node)  # in the tree's order: the order the nodes were made
+        self._newest = max(self._newest, node)
         p = view.probability
         self._logp[node] = self._logp[parent] + (math.log10(p) if p is not None and p > 0 else log10_of(p))
 
@@ -388,11 +393,13 @@ class TreePanel(QWidget):
 
     def _row_text(self, head: int) -> str:
         """⚑ (a pin in it), «names», the first step's probability and mark, the tokens; a leaf row ends with
-        its sequence's probability."""
+        its sequence's probability. An inserted step's probability is the model's ("model p 0.03, forced")."""
         views, last = self.views, self.runs[head][-1]
         first = views[head]
-        mark = f" [{MARKS[first.source]}]" if first.source in MARKS else ""  # an expansion's: italic grey instead
         p = _short(first.probability)
+        mark = ""  # an expansion's: italic grey instead
+        if first.source in MARKS:
+            p, mark = f"model p {p}", f", {MARKS[first.source]}"
         body = self._body[head]
         if len(body) > ROW_CHARS:  # drawing elides it anyway; eliding a long text costs ms per paint
             body = f"{body[: ROW_CHARS // 4]} … {body[-ROW_CHARS * 3 // 4 :]}"
@@ -411,7 +418,8 @@ class TreePanel(QWidget):
         if head == 0:
             return "the prompt: every branch starts here"
         run, views = self.runs[head], self.views
-        lines = [f"{views[n].token!r}  p {_short(views[n].probability, 4)}  {views[n].source}"
+        lines = [f"{views[n].token!r}  {'model ' * (views[n].source in MARKS)}p {_short(views[n].probability, 4)}  "
+                 f"{views[n].source}"
                  + ("  (expanded, not visited)" if views[n].expanded else "") for n in run[:TIP_ROWS]]  # fmt: skip
         if len(run) > TIP_ROWS:
             lines.append(f"... {len(run) - TIP_ROWS} more tokens")

@@ -16,7 +16,7 @@ import numpy as np
 
 from engine.backends import blas_threads
 from engine.backends.gguf.tokenizer import GGUFTokenizer
-from engine.backends.local import LocalBackend
+from engine.backends.local import ArrayCache, LocalBackend
 from engine.core.checks import checked_ids
 from engine.core.inside import Inside
 
@@ -109,7 +109,7 @@ def _attention_block(q, k, v, last_weights=None):  # q [T, Hq, dh], k/v [Hkv, L,
     return out.transpose(2, 0, 1, 3).reshape(t, n_heads * dh)
 
 
-class LlamaCache:
+class LlamaCache(ArrayCache):
     """Keys and values of every layer for the whole context, preallocated; truncating is O(1)."""
 
     def __init__(self, config: LlamaConfig, positions: int):

@@ -56,6 +56,25 @@ class LlamaCppCache:
             raise ValueError(f"llama.cpp could not truncate its memory to {length} positions")
         self.length = length
 
+    def keep_aside(self, start: int) -> tuple:
+        """The sequence's memory as it is (llama.cpp copies a sequence whole), for put_back (LocalContext.rewound)."""
+        llama = self.model.llama
+        size = llama.llama_state_seq_get_size(self.ctx, 0)
+        data = (ctypes.c_uint8 * size)()
+        if llama.llama_state_seq_get_data(self.ctx, data, size, 0) != size:
+            raise ValueError(f"llama.cpp could not copy its memory of {self.length} positions{_llama_error()}")
+        return self.length, data
+
+    def put_back(self, kept: tuple) -> None:
+        """The memory kept aside, as it was (whatever was written since)."""
+        length, data = kept
+        llama = self.model.llama
+        llama.llama_memory_seq_rm(self.memory, 0, -1, -1)
+        if not llama.llama_state_seq_set_data(self.ctx, data, len(data), 0):
+            self.length = 0  # llama.cpp cleared the sequence: the next step reads the text again
+            raise ValueError(f"llama.cpp could not put its memory of {length} positions back{_llama_error()}")
+        self.length = length
+
     def close(self) -> None:
         self._free()
 
