@@ -162,17 +162,20 @@ class LocalContext:
         first read, the whole text read again after steer_heads) left no row at the positions inside it: where
         the row at `length` is not kept, the cache keeps one token less, so that the next step feeds that
         token and gets its row."""
-        keep = length if length in self._rows or length == 0 else length - 1
-        self.cache.truncate(min(self.cache.length, keep))
+        self.cache.truncate(self._cache_kept(length))
         for position in [p for p in self._rows if p > length]:
             del self._rows[position]
+
+    def _cache_kept(self, length: int) -> int:
+        """The cache positions truncate(length) keeps (one less where the row at `length` is not kept)."""
+        return min(self.cache.length, length if length in self._rows or length == 0 else length - 1)
 
     @contextmanager
     def rewound(self, length: int):
         """The context as truncate(length) leaves it, for a look from there that must leave the positions after
         as they were (many seeds from an earlier token): those are kept aside and put back after, bit for bit
         (recomputing them in another chunking would change the numbers of every later step)."""
-        rows, kept = dict(self._rows), self.cache.keep_aside(min(self.cache.length, length))
+        rows, kept = dict(self._rows), self.cache.keep_aside(self._cache_kept(length))
         self.truncate(length)
         try:
             yield
