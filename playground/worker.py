@@ -91,6 +91,11 @@ class GenerationWorker(QObject):
         self._run_started = 0.0
         self._run_steps = 0
 
+    @property
+    def generating(self) -> bool:
+        """A run (Generate) is going on: read in this thread (the autosave waits for the run's end)."""
+        return self._generating
+
     # --- called from the GUI thread ----------------------------------------------------------------
     def request_stop(self) -> None:
         """Thread-safe: the running generation stops before its next step."""
