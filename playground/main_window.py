@@ -27,6 +27,7 @@ import engine
 
 from .controller import Controller
 from .errors import ExceptionHook
+from .recovery import RecoveryBanner
 from .widgets.chart import DistributionChart
 from .widgets.comparison_panel import ComparisonPanel
 from .widgets.controls import Controls
@@ -86,6 +87,7 @@ class MainWindow(QMainWindow):
         self.speed_label = QLabel("", objectName="speedLabel")
         self.message_label = QLabel("", objectName="messageLabel")
         self.message_label.setWordWrap(True)
+        self.recovery_banner = RecoveryBanner()  # "The last session ended unexpectedly: Restore / Discard"
 
         self._layout()
         self._menu()
@@ -176,6 +178,7 @@ class MainWindow(QMainWindow):
         central = QWidget()
         layout = QVBoxLayout(central)
         layout.setContentsMargins(10, 8, 10, 4)
+        layout.addWidget(self.recovery_banner)
         layout.addWidget(main, 1)
         self.setCentralWidget(central)
         status = self.statusBar()
