@@ -5,6 +5,7 @@ close, or a second window, offers nothing. Real windows on the story model (and 
 a data folder of each test's own (conftest's data_dir)."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -193,21 +194,34 @@ CHILD = textwrap.dedent("""
     print(json.dumps({"text": window.token_view.whole_text(), "steps": window.token_view.step_count(),
                       "nodes": len(window.tree_panel.nodes) - 1, "settings": controls.settings(),
                       "tree": window.findChild(type(window.message_label), "treeSummary").text()}), flush=True)
+    if sys.argv[2] == "while generating":  # a new branch, held midway by a rule's command (30 s) at " the"
+        window.rules_panel.allow_commands.setChecked(True)
+        window.rules_panel.add_rule(" the", "command", sys.executable + " -c 'import time; time.sleep(30)'")
+        window.token_view.select(2)
+        window.controller.continue_from_here()
+        wait_until(lambda: engine.CommandTool._running)
+        print("generating:", window.controller.running, flush=True)
     app.exec()  # until killed
 """)
 
 
+@pytest.mark.parametrize("killed", ["after its last command", "while generating"])
 def test_after_a_kill_the_next_window_restores_the_same_text_tree_and_settings(qtbot, story_model, prefs, data_dir,
-                                                                                tmp_path):  # fmt: skip
+                                                                                tmp_path, killed):  # fmt: skip
+    """The child window runs, branches and steps, and is killed (SIGKILL) once that is autosaved, or later, in
+    the middle of a run: the session comes back as it was after its last whole run or command."""
     from conftest import shown_window
 
-    command = [sys.executable, "-c", CHILD, str(tmp_path / "child.ini")]
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+    command = [sys.executable, "-c", CHILD, str(tmp_path / "child.ini"), killed]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True) as process:  # fmt: skip
         try:
             line = process.stdout.readline()  # once the child's last run and command are autosaved
+            if killed == "while generating":
+                assert process.stdout.readline() == "generating: True\n", process.stderr.read()
             assert (sessions(data_dir) / MARKER).read_text() == str(process.pid)
         finally:
-            process.send_signal(signal.SIGKILL)  # an unclean exit: nothing of the window's closing runs
+            os.killpg(process.pid, signal.SIGKILL)  # an unclean exit (and the rule's command with it)
             process.wait(timeout=30)
         assert line, process.stderr.read()
     assert process.returncode == -signal.SIGKILL
