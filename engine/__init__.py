@@ -1,10 +1,12 @@
 """Token Playground's engine: numpy models, sampling and the generation loop. Imports no Qt."""
 
+from engine.backends.llamacpp.threads import DEFAULT_THREADS_RULE, default_threads
 from engine.core import __version__
 from engine.core.checks import UnknownCharacterError
 from engine.core.compare import Comparison, compare
 from engine.core.contract import Backend, Capabilities, Context
 from engine.core.expand import MAX_EXPANSION, ExpandResult
+from engine.core.files import atomic_write_bytes
 from engine.core.inside import InsideView, attention_weights, inside_view, layer_candidates, logit_lens
 from engine.core.replay import ReplayReport, replay, replay_session
 from engine.core.rules import CommandTool, Rule
@@ -14,6 +16,7 @@ from engine.core.seeds import MAX_SEEDS, SeedRun
 from engine.core.session import GenerationResult, Session, generate
 from engine.core.settings import LLAMA_CPP_ORDER, MAX_SEED, MAX_TEMPERATURE, SAMPLERS, Settings
 from engine.core.steps import TOP_CANDIDATES, Candidates, Step
+from engine.core.timing import ForwardTiming
 from engine.core.trace import load_trace, save_trace, validate_trace
 from engine.core.tree import NodeView
 from engine.discovery import FoundModel, find_models
@@ -23,9 +26,9 @@ from engine.story.corpus import story_measure
 from engine.story.model import Config, StoryModel
 
 __all__ = [
-    "LLAMA_CPP_ORDER", "MAX_EXPANSION", "MAX_SEED", "MAX_SEEDS", "MAX_TEMPERATURE", "SAMPLERS", "STAGE_NAMES", "TOP_CANDIDATES", "Backend", "Candidates", "Capabilities", "Comparison",
-    "Context", "CommandTool", "Config", "ExpandResult", "FoundModel", "InsideView", "NodeView", "GenerationResult", "ReplayReport", "Rule", "ScoreResult", "SeedRun", "Session",
-    "Settings", "Step", "StoryModel", "UnknownCharacterError", "attention_weights", "compare", "generate", "inside_view",
+    "DEFAULT_THREADS_RULE", "LLAMA_CPP_ORDER", "MAX_EXPANSION", "MAX_SEED", "MAX_SEEDS", "MAX_TEMPERATURE", "SAMPLERS", "STAGE_NAMES", "TOP_CANDIDATES", "Backend", "Candidates", "Capabilities", "Comparison",
+    "Context", "CommandTool", "Config", "ExpandResult", "ForwardTiming", "FoundModel", "InsideView", "NodeView", "GenerationResult", "ReplayReport", "Rule", "ScoreResult", "SeedRun", "Session",
+    "Settings", "Step", "StoryModel", "UnknownCharacterError", "atomic_write_bytes", "attention_weights", "compare", "default_threads", "generate", "inside_view",
     "layer_candidates", "load_model", "load_trace", "logit_lens",
     "next_token_probs", "find_models", "replay", "replay_session", "resources_dir", "save_trace", "score",
     "smollm2_path", "story_measure", "validate_trace", "__version__",

@@ -19,6 +19,7 @@ from .feed import Feed, probability_text, stop_text
 from .inside import LookingInside
 from .model_picker import ModelPicker
 from .prompt_check import PromptCheck
+from .recovery import Recovery
 from .run_speed import speed_text, speed_tip
 from .session_view import KnownSession
 from .widgets.seeds_panel import start_text
@@ -84,6 +85,7 @@ class Controller(QObject):
                                     flush=lambda: self.flush(), status=self._set_status)  # fmt: skip
         self.inside.model_changed(model)
         self.idle.connect(self.inside.refresh)
+        self.recovery = Recovery(window, self, status=self._set_status)  # autosave, and the offer after a crash
         self._preview_timer = QTimer(self, singleShot=True, interval=PREVIEW_DELAY_MS)
         self._preview_timer.timeout.connect(lambda: None if self.running else self.requestPreview.emit())
         self._connect()
@@ -624,3 +626,4 @@ class Controller(QObject):
         """Stop the worker cleanly; safe to call twice."""
         self.feed.timer.stop()
         self.threads.shutdown()
+        self.recovery.close()  # the last autosave finished; a clean close: the next start offers nothing

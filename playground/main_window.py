@@ -28,6 +28,7 @@ import engine
 from .controller import Controller
 from .errors import ExceptionHook
 from .model_picker import example_prompt
+from .recovery import RecoveryBanner
 from .run_speed import runtime_text
 from .widgets.chart import DistributionChart
 from .widgets.comparison_panel import ComparisonPanel
@@ -90,6 +91,7 @@ class MainWindow(QMainWindow):
         self.runtime_label.setContentsMargins(14, 0, 2, 0)  # apart from the speed beside it
         self.message_label = QLabel("", objectName="messageLabel")
         self.message_label.setWordWrap(True)
+        self.recovery_banner = RecoveryBanner()  # "The last session ended unexpectedly: Restore / Discard"
 
         self._layout()
         self._menu()
@@ -181,6 +183,7 @@ class MainWindow(QMainWindow):
         central = QWidget()
         layout = QVBoxLayout(central)
         layout.setContentsMargins(10, 8, 10, 4)
+        layout.addWidget(self.recovery_banner)
         layout.addWidget(main, 1)
         self.setCentralWidget(central)
         status = self.statusBar()

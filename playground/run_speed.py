@@ -11,7 +11,7 @@ The figures of one Generate, measured in the worker where the steps happen (no Q
 import time
 from dataclasses import dataclass
 
-from engine.core.timing import ForwardTiming
+from engine import ForwardTiming
 
 UPDATE_SECONDS = 0.25  # live figures go to the window at most this often (and at the first token, and the end)
 

@@ -93,6 +93,11 @@ class GenerationWorker(QObject):
         self._second_request: dict | None = None
         self.run_clock = RunClock()  # the running Generate's speed figures
 
+    @property
+    def generating(self) -> bool:
+        """A run (Generate) is going on: read in this thread (the autosave waits for the run's end)."""
+        return self._generating
+
     # --- called from the GUI thread ----------------------------------------------------------------
     def request_stop(self) -> None:
         """Thread-safe: the running generation stops before its next step."""

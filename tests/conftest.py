@@ -25,6 +25,15 @@ def smollm2_llamacpp():
     loaded.close()
 
 
+@pytest.fixture(autouse=True)
+def data_dir(tmp_path_factory, monkeypatch):
+    """The window's data (its autosaved session, the running marker) in a folder of each test's own: never the
+    user's, and no test sees what another left."""
+    directory = tmp_path_factory.mktemp("data")
+    monkeypatch.setenv("TOKEN_PLAYGROUND_DATA", str(directory))
+    return directory
+
+
 @pytest.fixture
 def cache_dir(tmp_path, monkeypatch):
     """The engine's user cache (float32 GGUF caches, the llama.cpp log) in a folder of the test's own."""

@@ -515,12 +515,13 @@ class Session:
     def result(self) -> "GenerationResult":
         return GenerationResult(self.text, list(self.steps), self.stopped, self.settings)
 
-    def trace(self, branches: str = "all") -> dict:
+    def trace(self, branches: str = "all", record=None) -> dict:
         """The whole run as JSON-ready data (schema in engine/core/trace.py); replay() repeats it. branches:
-        "all" (the whole tree) or "active" (only the branch the text is on; the log still replays whole)."""
+        "all" (the whole tree) or "active" (only the branch the text is on; the log still replays whole);
+        record(step): what the trace holds for each step (None: Step.to_dict)."""
         from engine.core.trace import session_trace
 
-        return session_trace(self, branches)
+        return session_trace(self, branches, record)
 
     # --- internals ---------------------------------------------------------------------------------
     def _enter_epoch(self, epoch: "Epoch", draws: int) -> None:

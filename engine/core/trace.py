@@ -49,7 +49,10 @@ ACTION_KINDS = {"sample", "stream", "force", "insert", "choose", "rewind", "goto
 BRANCHES = ("all", "active")  # a trace's tree: every branch, or only the one the text is on
 
 
-def session_trace(session, branches: str = "all") -> dict:
+def session_trace(session, branches: str = "all", record=None) -> dict:
+    """record(step) -> what the trace holds for a step (Step.to_dict; the window's autosave passes one that
+    reuses what it wrote before, so a long session is not encoded again after every run)."""
+    record = record or Step.to_dict
     if branches not in BRANCHES:
         raise ValueError(f"branches must be one of {BRANCHES}, got {branches!r:.40}")
     active = branches == "active"
@@ -64,9 +67,9 @@ def session_trace(session, branches: str = "all") -> dict:
         "settings": session.initial_settings.to_dict(),
         "rules": [rule.describe() for rule in session.initial_rules],
         "actions": json.loads(json.dumps(session.actions)),  # a deep copy of plain data
-        "steps": [step.to_dict() for step in session.steps],
+        "steps": [record(step) for step in session.steps],
         "branches": branches,
-        "tree": session.tree.to_dict(only=session.path if active else None),
+        "tree": session.tree.to_dict(only=session.path if active else None, record=record),
         "path": list(range(1, len(session.path) + 1)) if active else list(session.path),
         "text": session.text,
         "stopped": session.stopped,

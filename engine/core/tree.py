@@ -239,16 +239,17 @@ class Tree:
                  "expanded": node_id in self.expanded, "raw": node_id in self.raw, "deleted": node_id in self.deleted}  # fmt: skip
         return {key: value for key, value in marks.items() if value}
 
-    def to_dict(self, only: list[int] | None = None) -> dict:
+    def to_dict(self, only: list[int] | None = None, record=None) -> dict:
         """Every node; or only these (a path from the root's child down: exported as the one branch it is,
-        numbered 1.. in order)."""
+        numbered 1.. in order). record(step): a step's record (Step.to_dict)."""
+        record = record or Step.to_dict
         if only is None:
-            return {"nodes": [{"id": n.id, "parent": n.parent, "step": None if n.step is None else n.step.to_dict(),
+            return {"nodes": [{"id": n.id, "parent": n.parent, "step": None if n.step is None else record(n.step),
                                **self.marks(n.id)} for n in self.nodes]}  # fmt: skip
         nodes = [{"id": 0, "parent": None, "step": None}]
         for index, node_id in enumerate(only, start=1):
             marks = {k: v for k, v in self.marks(node_id).items() if k in ("name", "pinned")}
-            nodes.append({"id": index, "parent": index - 1, "step": self.nodes[node_id].step.to_dict(), **marks})
+            nodes.append({"id": index, "parent": index - 1, "step": record(self.nodes[node_id].step), **marks})
         return {"nodes": nodes}
 
 

@@ -3,7 +3,7 @@ It only lays the fields out; values() gives what engine.load_model takes (None: 
 
 from PySide6.QtWidgets import QComboBox, QDialog, QDialogButtonBox, QFormLayout, QLabel, QSpinBox, QVBoxLayout
 
-from engine.backends.llamacpp.threads import DEFAULT_THREADS_RULE, default_threads
+from engine import DEFAULT_THREADS_RULE, default_threads
 
 BACKEND_LABELS = {"llama.cpp": "llama.cpp (in process)", "numpy": "numpy (reference engine)"}
 THREADS_TIP = (
