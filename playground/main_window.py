@@ -35,6 +35,7 @@ from .widgets.comparison_panel import ComparisonPanel
 from .widgets.controls import Controls
 from .widgets.inside_panel import InsidePanel
 from .widgets.rules_panel import RulesPanel
+from .widgets.scroll_column import ScrollColumn
 from .widgets.seeds_panel import SeedsPanel
 from .widgets.token_view import COLOUR_MODES, TokenView, legend_html
 from .widgets.tree_panel import TreePanel
@@ -174,7 +175,7 @@ class MainWindow(QMainWindow):
         left.setStretchFactor(1, 1)
 
         main = QSplitter(Qt.Orientation.Horizontal)
-        main.addWidget(left)
+        main.addWidget(ScrollColumn(left, "leftColumn"))  # a short window scrolls it: the window never grows
         main.addWidget(text_column)
         main.addWidget(self.chart)
         main.setSizes([390, 520, 450])

@@ -1,9 +1,9 @@
 """Issue 24, "the window never misleads": each test drives the real window offscreen on the story model and checks
 what a person sees."""
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QSize, Qt
 from PySide6.QtWidgets import QPushButton
-from test_window import WAIT, child, click_bar, generate, step
+from test_window import WAIT, child, click_bar, generate, step, type_prompt
 from test_window_defects import wait_for_stop_chart
 
 
@@ -51,3 +51,24 @@ def test_steering_a_head_then_branching_from_an_earlier_token_goes_on(qtbot, win
         qtbot.mouseClick(window.continue_button, Qt.MouseButton.LeftButton)
     assert blocker.args[0] == "end of story", window.message_label.text()
     assert window.stop_reason.text() == "Stopped: end of story"
+
+
+# --- the window never resizes itself -------------------------------------------------------------------------
+def test_the_window_keeps_its_size_whatever_it_shows(qtbot, window):
+    window.resize(1024, 700)
+    qtbot.waitUntil(lambda: window.size() == QSize(1024, 700), timeout=WAIT)
+    type_prompt(qtbot, window, "mia has a red ball. ")  # a trailing space: a warning under the prompt
+    assert window.controls.prompt_error.isVisible()
+    assert window.size() == QSize(1024, 700)
+    type_prompt(qtbot, window, "mia has a red ball.")
+    generate(qtbot, window)
+    for index in range(window.side_tabs.count()):  # every tab, the Inside tab's tall panel too
+        window.side_tabs.setCurrentIndex(index)
+        qtbot.wait(20)
+        assert window.size() == QSize(1024, 700), window.side_tabs.tabText(index)
+    window.side_tabs.setCurrentWidget(window.seeds_panel)
+    window.token_view.click_step(3)  # the story has ended: seeds from an earlier token
+    with qtbot.waitSignal(window.controller.seedsShown, timeout=WAIT):
+        window.controller.run_seeds(8)
+    qtbot.wait(50)
+    assert window.size() == QSize(1024, 700)

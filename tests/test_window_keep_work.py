@@ -4,7 +4,7 @@ settings, and reloading a model with new settings asks first and puts the sessio
 import shutil
 
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QSize, Qt
 from PySide6.QtWidgets import QMessageBox, QPushButton
 from test_window import child, generate, type_prompt
 from test_window_models import WAIT, answer_settings_dialog, labels, open_window, pick, set_spin, wait_for_entry
@@ -35,8 +35,12 @@ def test_a_model_switch_keeps_the_typed_prompt_and_only_swaps_an_untouched_examp
     qtbot, prefs, story_model, smollm2_file
 ):
     win = open_window(qtbot, prefs, story_model)
+    win.resize(1024, 700)
+    qtbot.waitUntil(lambda: win.size() == QSize(1024, 700))
     assert win.controls.prompt.toPlainText() == "mia has a red ball."  # the story model's example, untouched
     open_smollm2(qtbot, win)
+    qtbot.wait(50)
+    assert win.size() == QSize(1024, 700)  # another model's controls never make the window taller
     assert win.controls.prompt.toPlainText() == "What is the capital of France?"  # SmolLM2's own example
     type_prompt(qtbot, win, "Write a haiku about rain.")
     pick(qtbot, win, labels(win).index("Story model (built in)"))
