@@ -121,6 +121,7 @@ class Controller(QObject):
                              (c.stopClicked, self.stop), (c.resetClicked, self.reset),
                              (c.prompt.textChanged, self.check_prompt), (self.picker.chosen, self.open_model),
                              (c.chat_format.toggled, lambda _on: self.check_prompt()),
+                             (c.samplers.changed, self.check_prompt),
                              (w.chart.barClicked, self.bar_clicked), (w.token_view.stepClicked, self.token_selected),
                              (w.insert_button.clicked, self.insert), (w.insert_edit.returnPressed, self.insert),
                              (w.insert_edit.textChanged, lambda _text: self.prompts.insert_ok()),
@@ -266,6 +267,7 @@ class Controller(QObject):
         self.comparing.text_changed()  # no text: an open comparison is cleared until there is one
         self.window.chart.clear()
         self.window.stop_reason.setText("")
+        self.window.healing_note.hide()
         self.window.speed_label.setText("")
         self.window.continue_button.setEnabled(False)
         self.feed.use_token_bytes(self.model)
@@ -509,6 +511,19 @@ class Controller(QObject):
         self.known.publish(view)
         if view.prompt is not None and not self.known.discarding and self.trace_viewed is None:
             self.window.stop_reason.setText(self._stop_label(view))
+        self._show_healing(view.healing if view.prompt is not None and self.trace_viewed is None else None)
+
+    def _show_healing(self, healing: str | None) -> None:
+        """Where token healing cut the end of the prompt or of an inserted text, the view shows the text without
+        it: say so under the view until the model has spelled it."""
+        note = self.window.healing_note
+        if healing is None:
+            note.hide()
+            return
+        where = "the prompt" if not self.known.view.steps else "the text"
+        note.setText(f"Token healing cut {healing!r} from the end of {where}: the model's next token must start "
+                     "with it, so the model chooses where the token boundary falls.")  # fmt: skip
+        note.show()
 
     def _stop_label(self, view) -> str:
         """What the stop label says of the session as it is now (not as the last run left it: a failed run, or a

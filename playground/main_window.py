@@ -83,6 +83,10 @@ class MainWindow(QMainWindow):
             "Rewind to the selected token and generate a new branch with the current settings"
         )
         self.continue_button.setEnabled(False)
+        self.healing_note = QLabel("", objectName="healingNote")  # token healing: the text the model spells next
+        self.healing_note.setWordWrap(True)
+        self.healing_note.setStyleSheet("color: #666; font-style: italic;")
+        self.healing_note.hide()
         self.hint = QLabel(HINT, objectName="hintLabel")
         self.hint.setWordWrap(True)
         self.stop_reason = QLabel("", objectName="stopReasonLabel")
@@ -139,6 +143,7 @@ class MainWindow(QMainWindow):
         text_layout.setContentsMargins(0, 0, 0, 0)
         text_layout.addWidget(self.hint)
         text_layout.addWidget(self.token_view, 1)
+        text_layout.addWidget(self.healing_note)
         text_layout.addWidget(self.uncertainty_strip)
         text_layout.addWidget(self.comparison_panel)
         legend_row = QHBoxLayout()

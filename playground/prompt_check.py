@@ -6,6 +6,7 @@ import engine
 
 TRAILING_SPACE = ("The prompt ends in a space: words are tokens that begin with their own space (' ball'), so "
                   "after a space the model has no word to write and often writes nonsense. Remove the space.")  # fmt: skip
+HEAL_HINT = " Or turn on Heal the token boundary (Samplers tab): the model then spells the space itself."
 EMPTY = "empty prompt: type something for the model to continue"
 CHAT_KEY = "\x00chat\x00"  # before the text: the prompt rendered in the chat template is checked
 
@@ -24,14 +25,16 @@ class PromptCheck:
     def prompt_ok(self) -> bool:
         """Check the prompt box (once per text) and mark what the model cannot take, or a trailing space."""
         controls = self.controls
-        key = controls.prompt.toPlainText()
-        if self._chat_format():
-            key = CHAT_KEY + key
+        text = controls.prompt.toPlainText()
+        healing = controls.samplers.values()["heal"]
+        key = (CHAT_KEY if self._chat_format() else "", healing, text)
         if key != self._checked[0]:
             problem, position = self._prompt_problem()
             warning = None
-            if problem is None and not key.startswith(CHAT_KEY) and key.endswith(" "):
-                warning, position = TRAILING_SPACE, len(key) - 1  # allowed, but rarely what was meant
+            if problem is None and not key[0] and not healing and text.endswith(" "):
+                # allowed, but rarely what was meant (token healing lets the model spell the space itself)
+                hint = HEAL_HINT if controls.samplers.heal.isEnabled() else ""
+                warning, position = TRAILING_SPACE + hint, len(text) - 1
             self._checked = (key, problem)
             controls.show_prompt_error(problem or warning, position, warning=warning is not None)
         return self._checked[1] is None

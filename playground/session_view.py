@@ -16,6 +16,7 @@ class SessionView:
     steps: int = 0  # how many steps the session has
     stopped: str | None = None  # why the session stopped, or None
     generating: bool = False  # a run (Generate) is going on
+    healing: str | None = None  # token healing: the text the next steps must spell first (cut from the end)
 
 
 class KnownSession:

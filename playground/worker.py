@@ -615,7 +615,8 @@ class GenerationWorker(QObject):
         if session is None:
             view = SessionView(self._handled, generating=self._generating)
         else:
-            view = SessionView(self._handled, session.prompt, len(session.steps), session.stopped, self._generating)
+            view = SessionView(self._handled, session.prompt, len(session.steps), session.stopped, self._generating,
+                               session.healing)  # fmt: skip
         self.changed.emit(view)
         if session is not None:
             self._send_tree(session)

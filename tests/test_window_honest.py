@@ -72,3 +72,36 @@ def test_the_window_keeps_its_size_whatever_it_shows(qtbot, window):
         window.controller.run_seeds(8)
     qtbot.wait(50)
     assert window.size() == QSize(1024, 700)
+
+
+# --- token healing and its warnings agree -------------------------------------------------------------------
+def test_with_healing_on_a_trailing_space_is_not_warned_about(qtbot, window):
+    type_prompt(qtbot, window, "mia has a red ball. ")
+    assert window.controls.prompt_error.isVisible() and "Remove the space" in window.controls.prompt_error.text()
+    assert "Heal the token boundary" in window.controls.prompt_error.text()  # the way out, named
+    window.controls.samplers.heal.setChecked(True)
+    assert not window.controls.prompt_error.isVisible()
+    window.controls.samplers.heal.setChecked(False)
+    assert "Remove the space" in window.controls.prompt_error.text()
+
+
+def test_an_inserted_text_cut_back_by_healing_says_so_under_the_view(qtbot, window):
+    window.controls.samplers.heal.setChecked(True)
+    step(qtbot, window)
+    note = window.healing_note
+    assert not note.isVisible()
+    window.insert_edit.setText(" mia goes")
+    wait_idle_after(qtbot, window, window.insert_button.click)
+    assert window.token_view.text().endswith(" mia")  # ' goes' is left for the model to spell
+    qtbot.waitUntil(note.isVisible, timeout=WAIT)
+    assert "' goes'" in note.text() and "next token must start with it" in note.text()
+    step(qtbot, window)  # the model spells it: the note goes
+    assert window.token_view.text().endswith(" mia goes")
+    qtbot.waitUntil(lambda: not note.isVisible(), timeout=WAIT)
+
+
+def test_a_prompt_cut_back_by_healing_says_so_before_the_first_step(qtbot, window):
+    window.controls.samplers.heal.setChecked(True)
+    window.controller.run_seeds(1)  # starts the session from the prompt, then says seeds wait for the healing
+    qtbot.waitUntil(window.healing_note.isVisible, timeout=WAIT)
+    assert "'.'" in window.healing_note.text() and "the prompt" in window.healing_note.text()
