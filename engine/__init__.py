@@ -10,7 +10,7 @@ from engine.core.files import atomic_write_bytes
 from engine.core.inside import InsideView, attention_weights, inside_view, layer_candidates, logit_lens
 from engine.core.replay import ReplayReport, replay, replay_session
 from engine.core.rules import CommandTool, Rule
-from engine.core.sampling import STAGE_NAMES, next_token_probs
+from engine.core.sampling import GREEDY, STAGE_NAMES, next_token_probs
 from engine.core.scoring import ScoreResult, score
 from engine.core.seeds import MAX_SEEDS, SeedRun
 from engine.core.session import GenerationResult, Session, generate
@@ -26,7 +26,7 @@ from engine.story.corpus import story_measure
 from engine.story.model import Config, StoryModel
 
 __all__ = [
-    "DEFAULT_THREADS_RULE", "LLAMA_CPP_ORDER", "MAX_EXPANSION", "MAX_SEED", "MAX_SEEDS", "MAX_TEMPERATURE", "SAMPLERS", "STAGE_NAMES", "TOP_CANDIDATES", "Backend", "Candidates", "Capabilities", "Comparison",
+    "DEFAULT_THREADS_RULE", "GREEDY", "LLAMA_CPP_ORDER", "MAX_EXPANSION", "MAX_SEED", "MAX_SEEDS", "MAX_TEMPERATURE", "SAMPLERS", "STAGE_NAMES", "TOP_CANDIDATES", "Backend", "Candidates", "Capabilities", "Comparison",
     "Context", "CommandTool", "Config", "ExpandResult", "ForwardTiming", "FoundModel", "InsideView", "NodeView", "GenerationResult", "ReplayReport", "Rule", "ScoreResult", "SeedRun", "Session",
     "Settings", "Step", "StoryModel", "UnknownCharacterError", "atomic_write_bytes", "attention_weights", "compare", "default_threads", "generate", "inside_view",
     "layer_candidates", "load_model", "load_trace", "logit_lens",

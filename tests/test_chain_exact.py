@@ -162,8 +162,10 @@ def test_llama_cpps_default_order_with_every_stage_equals_llama_cpps_chain(model
 
 
 def test_the_default_order_with_neutral_extras_is_the_contracts_chain(real):
-    """Settings() runs exactly the contract's four stages, in its order (recorded traces replay on it)."""
-    assert [stage.name for stage in chain(Settings(temperature=0.8, top_k=5))] == list(engine.STAGE_NAMES)
+    """Settings() runs exactly the contract's four stages, in its order (recorded traces replay on it), and
+    greedy after them at temperature 0."""
+    assert [stage.name for stage in chain(Settings(temperature=0.8, top_k=5))] == list(engine.STAGE_NAMES[:-1])
+    assert [stage.name for stage in chain(Settings(top_k=5))] == [*engine.STAGE_NAMES[:-1], "greedy"]
     row = real[1][-1]
     _kept, probs, _rows = ours(Settings(temperature=0.8, top_k=5, top_p=0.9), row)
     kept = llama_samplers.chain([llama().llama_sampler_init_temp(0.8), llama().llama_sampler_init_top_k(5),

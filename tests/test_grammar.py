@@ -86,13 +86,15 @@ def test_other_backends_refuse_grammars(story_model):
 
 def test_tokens_the_grammar_allows_join_the_candidates_from_outside_the_raw_top_20(model):
     """ "{" is nowhere near the model's top 20 after "Describe a cat.": the record shows the model's best, all
-    removed by the grammar, and the token the grammar allowed in the last place."""
+    removed by the grammar, and the tokens the grammar allowed in the last places ("{" and '{"': greedy takes
+    the first and removes the other)."""
     grammar = r"""root ::= "{" ws "\"name\"" ":" ws "\"" [a-zA-Z ]* "\"" "}"
 ws ::= [ ]?"""
     plain = engine.Session(model, model.chat_prompt("Describe a cat."), max_new_tokens=1).step()
     step = engine.Session(model, model.chat_prompt("Describe a cat."), max_new_tokens=3, grammar=grammar).step()
     cands = step.candidates
     assert step.token == "{" and step.token_id not in plain.candidates.token_ids
-    assert cands.token_ids[:19] == plain.candidates.token_ids[:19] and cands.token_ids[-1] == step.token_id
-    assert cands.removed_by[:19] == ("grammar",) * 19 and cands.removed_by[-1] is None
-    assert cands.final[-1] == 1.0 and cands.raw[-1] < cands.raw[18]
+    assert cands.token_ids[:18] == plain.candidates.token_ids[:18] and cands.token_ids[-2] == step.token_id
+    assert cands.removed_by[:18] == ("grammar",) * 18 and cands.removed_by[-2:] == (None, "greedy")
+    assert cands.tokens[-1] == '{"' and 0 < cands.stage("grammar")[-1] < cands.stage("grammar")[-2]
+    assert cands.final[-2] == 1.0 and cands.raw[-2] < cands.raw[17]

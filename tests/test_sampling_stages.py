@@ -137,7 +137,7 @@ def test_the_llama_cpp_order_with_every_stage_runs_records_and_replays(story_mod
     path = tmp_path / "trace.json"
     engine.save_trace(session.trace(), path)
     loaded = engine.load_trace(path)
-    assert loaded["schema"] == "token-playground/trace/4"
+    assert loaded["schema"] == "token-playground/trace/5"
     assert (
         loaded["settings"]["samplers"] == list(engine.LLAMA_CPP_ORDER) and loaded["settings"]["dry_multiplier"] == 0.8
     )

@@ -50,7 +50,7 @@ def test_trace_records_everything(story_model):
     tool = CountingTool(" park")
     session = steered_session(story_model, tool)
     trace = session.trace()
-    assert trace["schema"] == "token-playground/trace/4"
+    assert trace["schema"] == "token-playground/trace/5"
     assert trace["model"] == {"name": "story model", "weights_sha256": story_model.weights_sha256}
     assert trace["prompt"] == FIRST and trace["settings"]["seed"] == 13 and trace["settings"]["top_k"] == 8
     assert trace["rules"][0] == {"when": " at the", "regex": False, "action": "tool", "tool": "counting tool"}
@@ -177,7 +177,7 @@ def test_set_rules_refuses_bad_rules_and_changes_nothing(story_model):
 
 
 @pytest.mark.parametrize("change, message", [
-    (lambda t: t.update(schema="other"), "trace field 'schema' must be 'token-playground/trace/4'"),
+    (lambda t: t.update(schema="other"), "trace field 'schema' must be 'token-playground/trace/5'"),
     (lambda t: t.pop("prompt"), "trace field 'prompt' must be a str"),
     (lambda t: t["steps"][2].update(token_id="x"), r"trace field 'steps\[2\]': step field 'token_id' must be an int >= -1"),
     (lambda t: t["steps"][1].pop("source"), r"trace field 'steps\[1\]': step field 'source' is missing"),

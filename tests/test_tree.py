@@ -67,7 +67,7 @@ def test_every_branch_replays_and_a_changed_node_is_named_with_its_branch(story_
     session.goto(leaf_a)
     session.step()
     trace = session.trace()
-    assert trace["schema"] == "token-playground/trace/4" and trace["path"] == session.path
+    assert trace["schema"] == "token-playground/trace/5" and trace["path"] == session.path
     engine.save_trace(trace, tmp_path / "tree.json")
     report = engine.replay(engine.load_trace(tmp_path / "tree.json"), story_model)
     assert report.identical and report.nodes == len(session.tree.nodes) - 1, report.summary()

@@ -314,7 +314,7 @@ def test_the_chart_is_throttled_and_updated_in_place(qtbot, window):
     window.chart.flush()
     assert window.chart._bars is bars
     assert window.chart.repaints - before < 3 * 28  # far fewer repaints than steps
-    assert window.chart.stages() == ("raw", "temperature", "top_k", "top_p", "final")  # built from the chain
+    assert window.chart.stages() == ("raw", "temperature", "top_k", "top_p", "min_p", "final")  # from the chain
     for key in window.chart.stages():
         window.chart.set_stage(key)
         window.chart.flush()

@@ -212,6 +212,11 @@ def test_a_grammar_from_the_examples_constrains_the_answer_and_the_chart_shows_i
     assert answer.removesuffix("<|im_end|>") in ("yes.", "no.")
     first = win.token_view.steps()[0]
     assert first.candidates.stage_names[0] == "grammar" and first.candidates.removed_by[0] == "grammar"  # "Yes"
+    win.chart.set_stage("final")  # under greedy: what the grammar removed, and what greedy chose from
+    select(win, 0)
+    assert win.chart.value_texts()[0] == "removed by grammar" and 0 in win.chart.removed_rows()
+    taken = win.chart._candidates.token_ids.index(first.token_id)
+    assert taken not in win.chart.removed_rows() and win.chart.marked() == [taken]
     trace = win.controller.trace()
     assert trace["settings"]["grammar"] == grammar.toPlainText() and trace["settings"]["heal"] is True
 

@@ -314,6 +314,37 @@ def test_the_chart_says_which_stage_removed_a_candidate(qtbot, window):
     assert chart.removed_rows() == [] and "removed" not in " ".join(chart.value_texts())
 
 
+def test_under_greedy_the_chart_shows_what_each_stage_did_and_what_greedy_chose_from(qtbot, window):
+    """Temperature 0 (the default) with top-k 2: "final (greedy)" shows the distribution greedy chose from, the
+    candidates top-k removed greyed as such, the one greedy left out with its probability and the token taken in
+    orange; top-k's own stage shows its two tokens; the hover names the stage that removed each."""
+    assert window.controls.settings()["temperature"] == 0
+    window.controls.top_k.setValue(2)
+    step(qtbot, window)
+    chart = window.chart
+    chart.set_stage("final")
+    chart.flush()
+    assert chart.removed_rows() == list(range(2, 20))
+    assert chart.stages() == ("raw", "temperature", "top_k", "top_p", "min_p", "final")
+    assert chart.stage_buttons.button(5).text() == "final (greedy)"
+    assert chart.value_texts()[2] == "removed by top-k" and chart.value_texts()[19] == "removed by top-k"
+    assert chart.shown()[1][1] > 0 and not chart.value_texts()[1].startswith("removed")  # what greedy chose from
+    assert chart.marked() == [0]
+    note = chart.stage_note
+    assert (
+        note.isVisible() and note.text().startswith("Under greedy decoding (temperature 0)") and "min-p" in note.text()
+    )
+    assert "removed by greedy" in chart.hover_text(1) and "removed by top-k" in chart.hover_text(2)
+    assert "final (greedy)" in chart.hover_text(0)
+    chart.set_stage("top_k")  # top-k's own work: two tokens left, the others removed by it
+    chart.flush()
+    assert chart.removed_rows() == list(range(2, 20)) and not note.isVisible()
+    assert [p > 0 for _token, p in chart.shown()[:3]] == [True, True, False]
+    chart.set_stage("temperature")  # at 0 it leaves the scores as they are: the raw softmax, nothing removed
+    chart.flush()
+    assert chart.removed_rows() == [] and [p for _t, p in chart.shown()] == list(chart._candidates.raw)
+
+
 def test_the_chart_names_every_stage_and_fits_them(qtbot, window):
     controls = window.controls
     controls.temperature.setValue(1.0)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from engine.core.session import Session
 from engine.core.steps import Step
-from engine.core.trace import SCHEMA_V1, SCHEMA_V2, validate_trace
+from engine.core.trace import SCHEMA_V1, SCHEMA_V2, settings_as_recorded, validate_trace
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ def replay_session(trace: dict, model):
         notes.append(f"recorded with {recorded_model['name']} {recorded_model['weights_sha256'][:12]}, "
                      f"replayed with {model.name} {model.weights_sha256[:12]}")  # fmt: skip
     try:
-        session = Session(model, trace["prompt"], **trace["settings"])
+        session = Session(model, trace["prompt"], **settings_as_recorded(trace, trace["settings"]))
     except ValueError as error:  # another model's trace: say so first, then why it cannot start
         raise ValueError(" ".join([*notes, f"replay cannot start: {error}"])) from None
     if session.prompt_ids != trace["prompt_token_ids"]:
@@ -68,6 +68,8 @@ def replay_session(trace: dict, model):
     stopped = None
     for index, action in enumerate(trace["actions"]):
         try:
+            if action["kind"] == "settings":  # as the trace's engine ran them (its greedy)
+                action = dict(action, settings=settings_as_recorded(trace, action["settings"]))
             _perform(session, action)
         except ValueError as error:
             stopped = f"replay stopped at action {index} ({action['kind']}): {error}"

@@ -9,8 +9,8 @@ llama.cpp that llama-cpp-python 0.3.36 vendors) and matches it within float32 ro
     logit_bias   add a score per token (-inf bans it)
     penalties    repetition / presence / frequency over the last repeat_last_n tokens of the text
     dry          DRY: penalise tokens that would continue a repeat longer than dry_allowed_length
-    temperature  T = 0: all probability on the highest score (ties: the lowest token id);
-                 T > 0: softmax(scores / T); T = 1 is exactly the plain softmax
+    temperature  T > 0: softmax(scores / T); T = 1 is exactly the plain softmax; T = 0 (greedy): the
+                 scores as they are (the greedy stage chooses, after the whole chain)
     top_k        keep exactly k tokens: the highest scores, ties to the lower token id
     top_p        keep the smallest set of most likely tokens whose probabilities sum to >= p (>= 1 token)
     min_p        keep the tokens whose probability is >= min_p * the top probability
@@ -19,6 +19,12 @@ llama.cpp that llama-cpp-python 0.3.36 vendors) and matches it within float32 ro
     xtc          with probability xtc_probability (one draw from the session's random stream, taken before
                  the token's own draw at every sampled step while XTC is on): remove every token above
                  xtc_threshold but the least likely of them
+
+At T = 0 a last stage, "greedy", keeps the best token of what the chain left (the highest score, ties: the
+lowest token id): every stage before it shows what it does to the distribution, and typical-p and XTC act
+before greedy chooses, as in llama.cpp (whose temperature comes last). Settings.greedy_at "temperature" is
+the engine before trace schema 5, which replay keeps for older traces: there T = 0 keeps the best token at
+the temperature stage, and no greedy stage runs.
 
 Token healing (engine/core/healing.py) comes first, as a stage named "healing", at the steps that must
 spell a cut text; then a grammar's allowed tokens ("grammar", llama.cpp backend), while one is set. The contract's four (temperature, top-k, top-p, min-p) run wherever the order holds them, as no-ops at
@@ -223,13 +229,21 @@ def _allowed(row: Row, token_ids) -> Row:
     return kept(row, at[inside]) if inside.any() else row
 
 
-def _temperature(row: Row, t: float) -> Row:
+def _best(row: Row, contract: bool = False) -> Row:
+    """Only the best score (the lowest id of ties: positions follow token ids), with probability 1."""
+    return kept(row, [int(np.argmax(row.logits))], contract)
+
+
+def _temperature(row: Row, t: float, greedy_here: bool) -> Row:
     if t == 0:
-        return kept(row, [int(np.argmax(row.logits))], contract=True)  # the best score, the lowest id of ties
+        return _best(row, contract=True) if greedy_here else row  # else greedy chooses after the chain
     if t == 1:
         return row  # the plain softmax is reused as is: identical
     logits = row.logits / np.float32(t)
     return Row(logits, softmax(logits), row.vocab, row.ids)
+
+
+GREEDY = "greedy"  # the last stage at temperature 0: the best token of what the chain left
 
 
 def chain(settings: Settings) -> tuple[Stage, ...]:
@@ -242,7 +256,7 @@ def chain(settings: Settings) -> tuple[Stage, ...]:
             x, given.history, s.repeat_last_n, s.repeat_penalty, s.frequency_penalty, s.presence_penalty)),
         "dry": lambda row, given: on_scores(row, lambda x: penalties.dry_change(
             x, given.history, s.dry_multiplier, s.dry_base, s.dry_allowed_length, s.dry_last_n, given.dry_breakers)),
-        "temperature": lambda row, given: _temperature(row, s.temperature),
+        "temperature": lambda row, given: _temperature(row, s.temperature, s.greedy_at == "temperature"),
         "top_k": lambda row, given: row if s.top_k is None else kept(row, top_ids(row.logits, s.top_k), True),
         "top_p": lambda row, given: row if s.top_p in (None, 1) else kept(
             row, top_p_positions(row.probs, row.logits, s.top_p), True),
@@ -253,10 +267,13 @@ def chain(settings: Settings) -> tuple[Stage, ...]:
         "xtc": lambda row, given: row if given.xtc_draw is None else filtered(
             row, filters.apply_xtc(row.logits, s.xtc_probability, s.xtc_threshold, given.xtc_draw)),
     }  # fmt: skip
-    return tuple(Stage(name, stages[name]) for name in s.samplers if s.active(name))
+    ordered = tuple(Stage(name, stages[name]) for name in s.samplers if s.active(name))
+    if s.temperature == 0 and s.greedy_at == "end":
+        return (*ordered, Stage(GREEDY, lambda row, given: _best(row)))
+    return ordered
 
 
-STAGE_NAMES = tuple(stage.name for stage in chain(Settings()))  # the contract's chain, in order
+STAGE_NAMES = tuple(stage.name for stage in chain(Settings()))  # the contract's chain (greedy last), in order
 
 
 def run_chain(stages: tuple[Stage, ...], scores, raw, given: ChainInput = NO_INPUT) -> dict[str, Row]:

@@ -27,6 +27,10 @@ SAMPLERS = ("logit_bias", "penalties", "dry", *CONTRACT_ORDER, "top_n_sigma", "t
 LLAMA_CPP_ORDER = ("logit_bias", "penalties", "dry", "top_n_sigma", "top_k", "typical_p", "top_p", "min_p", "xtc",
                    "temperature")  # fmt: skip
 DRY_BREAKERS = ("\n", ":", '"', "*")  # llama.cpp's default sequence breakers
+# Where greedy decoding (temperature 0) takes the best token: "end", after the whole chain (every stage shows
+# what it does; trace schema 5), or "temperature", at the temperature stage (all later stages see one token:
+# the engine before schema 5, which replay sets for older traces so that they replay bit for bit)
+GREEDY_AT = ("end", "temperature")
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,7 @@ class Settings:
     samplers: tuple[str, ...] = SAMPLERS  # the order of the stages
     heal: bool = False  # token healing at the prompt and after inserted text (engine/core/healing.py)
     grammar: str | None = None  # GBNF (llama.cpp's grammar format, a `root` rule) the generated text must follow
+    greedy_at: str = "end"  # at temperature 0: "end" (a last stage, "greedy") or "temperature" (before schema 5)
 
     def __post_init__(self):
         t_allowed = f"0 or a finite number from {MIN_TEMPERATURE} to {MAX_TEMPERATURE:g}"
@@ -98,6 +103,7 @@ class Settings:
             "samplers": _samplers(self.samplers),
             "heal": _flag("heal", self.heal),
             "grammar": _grammar(self.grammar),
+            "greedy_at": _greedy_at(self.greedy_at),
         }  # fmt: skip
         for name, value in checked.items():
             object.__setattr__(self, name, value)
@@ -163,6 +169,12 @@ def _grammar(text) -> str | None:
     if not isinstance(text, str) or not text.strip() or len(text) > MAX_GRAMMAR_CHARS:
         raise ValueError(f"grammar must be GBNF text of 1 to {MAX_GRAMMAR_CHARS:,} characters, or None")
     return checked_text(text, "grammar")
+
+
+def _greedy_at(value) -> str:
+    if not isinstance(value, str) or value not in GREEDY_AT:
+        raise ValueError(f"greedy_at must be one of {', '.join(GREEDY_AT)}, got {value!r:.40}")
+    return value
 
 
 def _optional_fraction(name, value, ok, allowed):

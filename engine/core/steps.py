@@ -5,13 +5,14 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from engine.core.ranking import model_rank, top_ids
-from engine.core.sampling import NO_INPUT, ChainInput, Row, chain, run_chain, softmax
+from engine.core.sampling import GREEDY, NO_INPUT, ChainInput, Row, chain, run_chain, softmax
 from engine.core.settings import CONTRACT_ORDER, Settings
 
 TOP_CANDIDATES = 20  # candidates kept per step: the chart's bars
 SOURCES = ("model", "forced", "rule", "tool", "expanded")  # expanded: chosen by a tree expansion, not drawn
+# the stages that keep only a prefix of the raw ranking (greedy after them keeps its first)
+CONTRACT_STAGES = {*CONTRACT_ORDER, GREEDY}
 # what trace schema 3 added to a step (absent from older traces)
-CONTRACT_STAGES = set(CONTRACT_ORDER)
 V3_STEP_FIELDS = ("stage_ranks", "xtc_draw", "healing", "entropy", "final_entropy", "surprisal", "margin")
 
 
@@ -200,14 +201,21 @@ def candidate_ids(scores, rows: dict) -> np.ndarray:  # [V] scores -> [TOP_CANDI
     """The raw top 20, most likely first; but where a stage put tokens from outside them among the final
     distribution's best (a grammar, healing, a bias or penalties), the best PROMOTED of those take the last
     places, so a record shows what the model wanted and what was allowed. The contract's stages only keep
-    a prefix of the raw ranking: with them alone the candidates are the raw top 20."""
+    a prefix of the raw ranking: with them alone the candidates are the raw top 20. Under greedy the best
+    are those of the row greedy chose from (what the stages allowed), not greedy's one token."""
     top = top_ids(scores, TOP_CANDIDATES)
-    final = rows[next(reversed(rows))]
     if set(rows) <= CONTRACT_STAGES or len(top) <= PROMOTED:
         return top
+    final = chosen_from(rows)
     best = final.token_ids()[top_ids(final.probs, PROMOTED)]
     promoted = best[~np.isin(best, top) & (final.probs_at(best) > 0)]
     return top if len(promoted) == 0 else np.concatenate([top[: len(top) - len(promoted)], promoted])
+
+
+def chosen_from(rows: dict) -> Row:
+    """The row the token is taken from: the last, or under greedy the one before it (greedy keeps its best)."""
+    names = list(rows)
+    return rows[names[-2]] if names[-1] == GREEDY and len(names) > 1 else rows[names[-1]]
 
 
 def raw_entropy_and_surprisal(scores, raw, token_id: int) -> tuple[float, float]:

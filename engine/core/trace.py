@@ -6,7 +6,7 @@ session's action log (sample, force, insert, choose, rewind, settings) on a fres
 starting settings, so the forward passes run in the same chunks and the steps come out bit for bit the
 same.
 
-    {"schema": "token-playground/trace/4", "engine_version", "created_utc",
+    {"schema": "token-playground/trace/5", "engine_version", "created_utc",
      "model": {"name", "weights_sha256"}, "prompt", "prompt_text", "prompt_token_ids", "settings": {... "seed"},
      "rules": [described], "actions": [...], "steps": [Step.to_dict()...], "tree": {"nodes": [...]},
      "path": [the node of each step], "text", "stopped", "events"}
@@ -23,6 +23,10 @@ after each stage) and "xtc_draw". "settings" holds the whole chain: every stage'
 ("samplers"). Schema 2 had no removed_by, stage_ranks, xtc_draw or sampler settings; schema 1 had fixed stage
 fields ("temperature", "top_k", "final"). Both still open, and replay compares them in their own form.
 
+Schema 5 records greedy decoding (temperature 0) as the chain's last stage, "greedy", after every other
+(settings "greedy_at": "end"): before it the temperature stage kept the best token and every later stage saw
+that one. A trace of schema 1-4 replays with that old greedy ("greedy_at": "temperature"), bit for bit.
+
 "settings" and "rules" are the ones the session started with; a "settings" or "rules" action records each
 later change. Replay runs no rule: what a rule inserted is in the log as an insert or choose action.
 """
@@ -37,13 +41,15 @@ from engine.core.settings import Settings
 from engine.core.steps import Step
 from engine.core.tree import check_tree
 
-SCHEMA = "token-playground/trace/4"  # 4: the tree of every branch, and goto actions
+SCHEMA = "token-playground/trace/5"  # 5: greedy is the chain's last stage (settings greedy_at "end")
+SCHEMA_V4 = "token-playground/trace/4"  # the tree of every branch, and goto actions: greedy at temperature
 SCHEMA_V3 = (
     "token-playground/trace/3"  # every sampler stage, its order, what removed each candidate: opens as one branch
 )
 SCHEMA_V2 = "token-playground/trace/2"  # a step's candidates hold every stage by name: still opens and replays
 SCHEMA_V1 = "token-playground/trace/1"  # fixed stage fields (temperature, top_k, final): still opens and replays
-SCHEMAS = (SCHEMA, SCHEMA_V3, SCHEMA_V2, SCHEMA_V1)
+SCHEMAS = (SCHEMA, SCHEMA_V4, SCHEMA_V3, SCHEMA_V2, SCHEMA_V1)
+WITH_TREE = (SCHEMA, SCHEMA_V4)
 ACTION_KINDS = {"sample", "stream", "force", "insert", "choose", "rewind", "goto", "settings", "rules", "expand",
                 "delete", "name", "pin", "undo", "heads"}  # fmt: skip
 BRANCHES = ("all", "active")  # a trace's tree: every branch, or only the one the text is on
@@ -104,8 +110,8 @@ def validate_trace(trace) -> None:
     if not isinstance(trace, dict):
         raise ValueError("a trace must be a JSON object")
     if trace.get("schema") not in SCHEMAS:
-        raise ValueError(f"trace field 'schema' must be {SCHEMA!r} (or {SCHEMA_V3!r}, {SCHEMA_V2!r}, "
-                         f"{SCHEMA_V1!r}), got {trace.get('schema')!r:.80}")  # fmt: skip
+        raise ValueError(f"trace field 'schema' must be {SCHEMA!r} (or {SCHEMA_V4!r}, {SCHEMA_V3!r}, "
+                         f"{SCHEMA_V2!r}, {SCHEMA_V1!r}), got {trace.get('schema')!r:.80}")  # fmt: skip
     expected = {
         "engine_version": str, "created_utc": str, "model": dict, "prompt": str, "prompt_token_ids": list,
         "settings": dict, "rules": list, "actions": list, "steps": list, "text": str, "events": list,
@@ -135,7 +141,7 @@ def validate_trace(trace) -> None:
             Step.from_dict(step)
         except ValueError as error:
             raise ValueError(f"trace field 'steps[{index}]': {error}") from None
-    if trace["schema"] == SCHEMA:
+    if trace["schema"] in WITH_TREE:
         check_tree(trace.get("tree"))
         path = trace.get("path")
         if (
@@ -157,6 +163,12 @@ def validate_trace(trace) -> None:
         raise ValueError("trace field 'prompt_text' must be the prompt or a start of it")
     if trace["text"] != prompt_text + "".join(step["token"] for step in trace["steps"]):
         raise ValueError("trace field 'text' is not the prompt followed by the steps' tokens")
+
+
+def settings_as_recorded(trace: dict, settings: dict) -> dict:
+    """Settings of this trace (its starting ones, or a "settings" action's) as its engine ran them: before
+    schema 5 greedy kept the best token at the temperature stage."""
+    return settings if trace["schema"] == SCHEMA else {**settings, "greedy_at": "temperature"}
 
 
 def _check_action(index, action) -> None:

@@ -1,7 +1,9 @@
 """The live next-token chart: the top 20 candidates as horizontal bars (token texts on the left, the
 probability at the end of each bar), the chosen one highlighted, and a switch between the stages of the
 sampler chain, built from the stages the candidates carry (by name: a server gives only the raw
-softmax). Where a stage puts all probability on one token (greedy decoding), the bars show the raw
+softmax). Under greedy decoding (temperature 0) the chain's last stage, "greedy", keeps the best token: the
+"final" switch then shows the distribution greedy chose from, with a note. Where a stage puts all
+probability on one token (an older trace's greedy, or a filter that kept one), the bars show the raw
 softmax instead, with that token marked, and a note says so. A candidate that a stage removed (by the stage
 shown) is greyed and says so at its bar ("removed by top-p"); hovering a bar shows its token id, the stage
 that removed it and its probability after every stage. The switch wraps onto more lines for a long chain.
@@ -16,7 +18,7 @@ from PySide6.QtCore import QPoint, QPointF, QRect, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFont, QPalette
 from PySide6.QtWidgets import QButtonGroup, QLabel, QLayout, QRadioButton, QToolTip, QVBoxLayout, QWidget
 
-from engine import STAGE_NAMES, TOP_CANDIDATES
+from engine import GREEDY, STAGE_NAMES, TOP_CANDIDATES
 
 FRAME_MS = 16  # at most ~60 repaints per second
 LABEL_SPACE = -0.42  # the x range left of 0 that holds the token labels
@@ -27,6 +29,9 @@ REMOVED_COLOR = "#8a8a8a"  # a removed candidate's label: grey on the light and 
 BYTES_LABEL = re.compile(r"(‹[0-9a-f ]+›)")  # playground/token_text.py's pending_label
 ONE_TOKEN_NOTE = ("By this stage one token holds all probability (greedy at temperature 0, or a filter kept only "
                   "it): the bars show the model's raw softmax, that token in orange.")  # fmt: skip
+GREEDY_NOTE = (
+    "Under greedy decoding (temperature 0) the token taken is the most likely of this distribution, the one after {}."
+)
 
 
 def _percent(p: float) -> str:
@@ -37,7 +42,7 @@ def _percent(p: float) -> str:
 
 STAGE_LABELS = {"logit_bias": "logit bias", "penalties": "penalties", "dry": "DRY", "temperature": "temperature",
                 "top_k": "top-k", "top_p": "top-p", "min_p": "min-p", "top_n_sigma": "top-n-σ",
-                "typical_p": "typical-p", "xtc": "XTC"}  # fmt: skip
+                "typical_p": "typical-p", "xtc": "XTC", GREEDY: "greedy"}  # fmt: skip
 
 
 def stage_label(name: str) -> str:
@@ -54,8 +59,13 @@ def stage_text(key: str, names) -> str:
     if key == "raw":
         return "raw softmax"
     if key == "final":
-        return "final"
+        return "final (greedy)" if names and names[-1] == GREEDY else "final"
     return "after " + stage_label(key)
+
+
+def greedy_source(names) -> str | None:
+    """The stage greedy chose from (the one before it), where the chain ends in greedy; else None."""
+    return names[-2] if len(names) > 1 and names[-1] == GREEDY else None
 
 
 def removed_by(candidates, key: str) -> list[str | None]:
@@ -249,10 +259,10 @@ class DistributionChart(QWidget):
             text = stage_text(key, names)
             button = QRadioButton(text, objectName=f"stage_{key}")
             last = stage_label(names[-1]) if names else "the chain"
-            button.setToolTip(
-                "show the candidates' probabilities "
-                + (text if key != "final" else f"after {last}: what the draw uses")
-            )
+            source = greedy_source(names)
+            final = (f"after {last}: what the draw uses" if source is None else
+                     f"that greedy chose from (after {stage_label(source)}): greedy takes the most likely")  # fmt: skip
+            button.setToolTip("show the candidates' probabilities " + (text if key != "final" else final))
             button.setEnabled(self._full or key == "raw")
             self.stage_buttons.addButton(button, index)
             self._stage_row.addWidget(button)
@@ -302,11 +312,25 @@ class DistributionChart(QWidget):
         return "<br>".join(line for line in lines if line) + f"<table cellspacing=0>{cells}</table>"
 
     def _removed_now(self, candidates, only) -> list[str | None]:
-        """Per row: the stage that removed it by the stage shown, where the bars show that stage's own values
+        """Per row: the stage that removed it by the stage drawn, where the bars show that stage's own values
         (not the raw softmax a one-token stage is drawn with)."""
-        if only is not None or len(candidates.stage(self.stage())) != len(candidates.tokens):
+        key = self._drawn_key(candidates)
+        if only is not None or len(candidates.stage(key)) != len(candidates.tokens):
             return [None] * len(candidates.token_ids)
-        return removed_by(candidates, self.stage())
+        return removed_by(candidates, key)
+
+    def _greedy_view(self, candidates) -> tuple[str | None, int | None]:
+        """(the stage greedy chose from, the token it keeps) where "final" shows that stage; else (None, None)."""
+        if candidates is None or self.stage() != "final" or greedy_source(candidates.stage_names) is None:
+            return None, None
+        kept = [token_id for token_id, p in zip(candidates.token_ids, candidates.final) if p > 0]
+        return greedy_source(candidates.stage_names), (kept[0] if kept else None)
+
+    def _drawn_key(self, candidates) -> str:
+        """The stage whose values the bars show: the one chosen, but for "final" under greedy the stage greedy
+        chose from (greedy's one token at 1 would say nothing)."""
+        key = self.stage()
+        return (greedy_source(candidates.stage_names) or key) if key == "final" else key
 
     def _bar_texts(self) -> tuple[str, ...]:
         if self._candidates is None:
@@ -317,7 +341,7 @@ class DistributionChart(QWidget):
         """(the probabilities to draw, the token a one-token stage takes or None): the chosen stage's, or
         the raw softmax where that stage leaves one token (greedy) and a single bar would say nothing. A
         server reports only raw ones (the other stages are empty)."""
-        values = candidates.stage(self.stage())
+        values = candidates.stage(self._drawn_key(candidates))
         if len(values) != len(candidates.tokens):
             return candidates.raw, None
         kept = [row for row, p in enumerate(values) if p > 0]
@@ -373,11 +397,15 @@ class DistributionChart(QWidget):
         values, only = self._stage_values(candidates) if candidates is not None else ((), None)
         probabilities = list(values)
         rows = len(probabilities)
-        if self.stage_note.isHidden() != (only is None):
-            self.stage_note.setVisible(only is not None)
+        source, pick = self._greedy_view(candidates) if only is None else (None, None)
+        note = ONE_TOKEN_NOTE if only is not None else (GREEDY_NOTE.format(stage_label(source)) if source else "")
+        if note and self.stage_note.text() != note:
+            self.stage_note.setText(note)
+        if self.stage_note.isHidden() != (not note):
+            self.stage_note.setVisible(bool(note))
         if self.empty_hint.isVisible() != (candidates is None):
             self.empty_hint.setVisible(candidates is None)
-        marked = self._chosen if self._chosen is not None else only
+        marked = self._chosen if self._chosen is not None else (only if only is not None else pick)
         chosen = [token_id == marked for token_id in candidates.token_ids] if candidates is not None else []
         chosen += [False] * (TOP_CANDIDATES - rows)
         if chosen != self._drawn_chosen:

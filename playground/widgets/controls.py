@@ -101,7 +101,9 @@ class Controls(QWidget):
         self.temperature = QDoubleSpinBox(objectName="temperatureSpin", decimals=2, singleStep=0.05)
         self.temperature.setRange(0.0, MAX_TEMPERATURE)  # two decimals: 0 (greedy) or >= 0.01
         self.temperature.setSpecialValueText("0 (greedy)")
-        self.temperature.setToolTip("0 is greedy; otherwise softmax(scores / T)")
+        self.temperature.setToolTip(
+            "0 is greedy: the most likely token after every other stage; otherwise softmax(scores / T)"
+        )
         self.temperature_slider.valueChanged.connect(self._temperature_slid)
         self.temperature.valueChanged.connect(lambda v: self.temperature_slider.setValue(round(v * 100)))
 

@@ -526,8 +526,9 @@ class SamplerPanel(QWidget):
             font = QFont(self.order_list.font())
             font.setItalic(not on)
             item.setFont(font)
-            item.setToolTip(f"{stage_label(name)}: " + ("runs" if on else "off (its settings are neutral): it does "
-                                                        "not run"))  # fmt: skip
+            greedy = " (at 0, greedy takes the most likely token after the last stage)" if name == "temperature" else ""
+            item.setToolTip(f"{stage_label(name)}: " + ("runs" + greedy if on else "off (its settings are neutral): "
+                                                        "it does not run"))  # fmt: skip
 
     def _step_selected(self, delta: int) -> None:
         row = self.order_list.currentRow()
