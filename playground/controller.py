@@ -416,7 +416,7 @@ class Controller(QObject):
         puts the session back on the reloaded model (its log replayed)."""
         if isinstance(source, dict):  # a request from the picker
             source, options = source["source"], {k: v for k, v in source.items() if k != "source"}
-        kept = self._session_to_keep(source)
+        kept = self._session_to_keep(source) if options.pop("keep_session", False) else None
         if kept is False:
             return  # the person kept the model as it is
         self._kept_trace = kept
@@ -429,8 +429,9 @@ class Controller(QObject):
         self.loadModel.emit({"source": source, **options})
 
     def _session_to_keep(self, source):
-        """For a reload of the model in use with a session of steps: ask, and take its trace to replay on the
-        reloaded model -> the trace, None (nothing to keep: another model, or no steps), or False (cancelled)."""
+        """For a reload of the model in use with new settings (its Settings...), with a session of steps: ask,
+        and take its trace to replay on the reloaded model -> the trace, None (nothing to keep: another model, or
+        no steps), or False (the person cancelled)."""
         view = self.known.view
         if source is None or source != self.model.source or not view.steps or self.trace_viewed is not None:
             return None

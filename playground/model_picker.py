@@ -62,7 +62,7 @@ def _found_entries(found) -> list[Entry]:
 
 
 class ModelPicker(QObject):
-    chosen = Signal(object)  # a load request: {"source": ..., and engine.load_model's options}
+    chosen = Signal(object)  # a load request: {"source": ..., engine.load_model's options, "keep_session"?}
 
     def __init__(self, window, busy: Callable[[], bool]):
         super().__init__(window)
@@ -202,13 +202,14 @@ class ModelPicker(QObject):
         return self.ask_settings(found)
 
     def edit_settings(self) -> None:
-        """The settings of the file in use: changed ones reload it (the old model stays until then)."""
+        """The settings of the file in use: changed ones reload it (the old model stays until then), and the
+        session is put back on it (keep_session: the controller asks first)."""
         source, backend = self.current
         found = engine.FoundModel.at(source) if source else None
         if found is not None and not self.busy():
             request = self.ask_settings(found, backend=backend)
             if request is not None:
-                self.chosen.emit(request)
+                self.chosen.emit({**request, "keep_session": True})
 
     def ask_settings(self, found, backend: str | None = None) -> dict | None:
         """The settings dialog for this file; OK remembers them and gives the request that loads it with them."""
