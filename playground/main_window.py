@@ -4,7 +4,7 @@ rest; the worker runs the model."""
 import json
 from pathlib import Path
 
-from PySide6.QtCore import QSettings, Qt
+from PySide6.QtCore import QSettings, QSize, Qt
 from PySide6.QtGui import QAction, QColor, QKeySequence
 from PySide6.QtWidgets import (
     QComboBox,
@@ -45,13 +45,22 @@ HINT = ("Step one token with Ctrl+→ · click a bar to force that token · clic
         "distribution, then Continue from here to branch")  # fmt: skip
 
 
+def default_size(screen) -> QSize:
+    """1360x820, or what the screen has room for (a 1366x768 laptop: the window's frame and the desktop's panels
+    take their share)."""
+    if screen is None:
+        return QSize(1360, 820)
+    room = screen.availableGeometry().size()
+    return QSize(min(1360, room.width() - 20), min(820, room.height() - 60))
+
+
 class MainWindow(QMainWindow):
     def __init__(self, model=None, settings: QSettings | None = None):
         super().__init__()
         self.model = model if model is not None else engine.load_model()
         self.prefs = settings if settings is not None else QSettings("TokenPlayground", "Token Playground")
         self.setWindowTitle(f"Token Playground — {self.model.name}")
-        self.resize(1360, 820)
+        self.resize(default_size(self.screen()))
 
         self.controls = Controls(self.model.vocab_size, self.model.context_length)
         self.token_view = TokenView()

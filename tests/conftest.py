@@ -1,7 +1,11 @@
 import os
 from contextlib import contextmanager
 
-os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # the window tests run headless
+# the window tests run headless, on a 1920x1080 screen (Qt's offscreen default is 800x800, and the window's first
+# size keeps within the screen: main_window.default_size)
+os.environ.setdefault(
+    "QT_QPA_PLATFORM", "offscreen:configfile=" + os.path.join(os.path.dirname(__file__), "offscreen_screen.json")
+)
 
 import pytest
 

@@ -105,3 +105,17 @@ def test_a_prompt_cut_back_by_healing_says_so_before_the_first_step(qtbot, windo
     window.controller.run_seeds(1)  # starts the session from the prompt, then says seeds wait for the healing
     qtbot.waitUntil(window.healing_note.isVisible, timeout=WAIT)
     assert "'.'" in window.healing_note.text() and "the prompt" in window.healing_note.text()
+
+
+def test_the_first_size_keeps_within_a_laptop_screen():
+    from playground.main_window import default_size
+
+    class Screen:  # a 1366x768 laptop, its panel taking 32 px
+        def availableGeometry(self):
+            from PySide6.QtCore import QRect
+
+            return QRect(0, 0, 1366, 736)
+
+    size = default_size(Screen())
+    assert size.width() <= 1366 and size.height() <= 736 - 40  # room for the window's own frame
+    assert default_size(None) == QSize(1360, 820)
