@@ -490,7 +490,11 @@ class GenerationWorker(QObject):
 
     @Slot()
     def undo_tree_edit(self) -> None:
-        """Take back the last delete, name or pin of the tree (Session.undo_tree_edit); the Tree tab redraws it."""
+        """Take back the last delete, name or pin of the tree (Session.undo_tree_edit); the Tree tab redraws it.
+        With nothing to undo, the status bar says so (a notice: nothing went wrong)."""
+        if self.session is not None and not self.session.tree.edits:
+            self.notice.emit("Nothing to undo: no branch was deleted, named or pinned (Ctrl+Z undoes tree edits only)")
+            return
         undone = []
         if self._command(lambda session: undone.append(session.undo_tree_edit()), emit=False):
             self.treeEditUndone.emit(undone[0], self.session.tree.nodes[undone[0].node].step.token)

@@ -215,7 +215,8 @@ def test_ctrl_z_undoes_tree_edits_and_leaves_typing_to_the_text_boxes(qtbot, win
         window.message_label.text()
     )
     action.trigger()  # from the menu: nothing left to undo, and it says so
-    qtbot.waitUntil(lambda: "nothing to undo" in window.message_label.text(), timeout=WAIT)
+    qtbot.waitUntil(lambda: "Nothing to undo" in window.message_label.text(), timeout=WAIT)
+    assert "#e74c3c" not in window.message_label.styleSheet()  # said, not an error
     window.export_trace(tmp_path / "undo.json")
     trace = engine.load_trace(tmp_path / "undo.json")
     assert [a["kind"] for a in trace["actions"]].count("undo") == 2
