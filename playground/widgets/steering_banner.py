@@ -49,6 +49,10 @@ class SteeringBanner(QFrame):
         layout.addWidget(self.label, 1)
         layout.addWidget(self.button)
         self.hide()
+        if instead_of is not None:  # both take the same least height: the window's least size never changes
+            least = max(instead_of.minimumSizeHint().height(), self.minimumSizeHint().height())
+            instead_of.setMinimumHeight(least)
+            self.setMinimumHeight(least)
 
     def show_scales(self, scales) -> None:
         """The session's steered heads now ((layer, head, factor), 0-based); none: the banner goes."""
