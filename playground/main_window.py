@@ -37,6 +37,7 @@ from .widgets.inside_panel import InsidePanel
 from .widgets.rules_panel import RulesPanel
 from .widgets.scroll_column import ScrollColumn
 from .widgets.seeds_panel import SeedsPanel
+from .widgets.steering_banner import SteeringBanner
 from .widgets.token_view import COLOUR_MODES, TokenView, legend_html
 from .widgets.tree_panel import TreePanel
 from .widgets.uncertainty_strip import UncertaintyStrip
@@ -98,6 +99,7 @@ class MainWindow(QMainWindow):
         self.healing_note.hide()
         self.hint = QLabel(HINT, objectName="hintLabel")
         self.hint.setWordWrap(True)
+        self.steering_banner = SteeringBanner(instead_of=self.hint)  # in the hint's place while heads are steered
         self.stop_reason = QLabel("", objectName="stopReasonLabel")
         self.speed_label = QLabel("", objectName="speedLabel")
         self.runtime_label = QLabel(runtime_text(self.model), objectName="runtimeLabel")  # what runs the model
@@ -151,6 +153,7 @@ class MainWindow(QMainWindow):
         text_layout = QVBoxLayout(text_column)
         text_layout.setContentsMargins(0, 0, 0, 0)
         text_layout.addWidget(self.hint)
+        text_layout.addWidget(self.steering_banner)
         text_layout.addWidget(self.token_view, 1)
         text_layout.addWidget(self.healing_note)
         text_layout.addWidget(self.uncertainty_strip)

@@ -20,7 +20,7 @@ from PySide6.QtCore import QMetaObject, QObject, Qt, QThread, Signal, Slot
 
 import engine
 
-from .inside import InsideShown
+from .inside import NO_SESSION, InsideShown
 from .run_speed import RunClock
 from .session_view import SessionView
 
@@ -216,6 +216,7 @@ class GenerationWorker(QObject):
         self._handled += 1
         self.session = None
         self._publish()
+        self.headsSteered.emit(())  # no session: no head steered
 
     @Slot(int)
     def force(self, token_id: int) -> None:
@@ -292,7 +293,7 @@ class GenerationWorker(QObject):
             self.failed.emit(f"replay failed: {error}")
             return
         self.session, self._prompt_unscored = session, True
-        self.headsSteered.emit(())  # a new session reads through the model as trained
+        self.headsSteered.emit(session.head_scales)  # as the trace's log steered them
         self._publish()
         self.replayed.emit(report, (request, session.prompt_text, list(session.steps), session.stopped))
         self._emit_preview()
@@ -379,6 +380,7 @@ class GenerationWorker(QObject):
             return
         old, self.model, self.session = self.model, model, None
         self._publish()
+        self.headsSteered.emit(())  # no session: no head steered
         if self._loaded_here:
             old.close()  # a server model's connections; the others have nothing to close
         self._loaded_here = True
@@ -537,7 +539,10 @@ class GenerationWorker(QObject):
         that position (engine.inside_view: one full forward over the text before it; the session is
         untouched), with the token texts the Inside tab shows."""
         session = self.session
-        if session is None or self._generating:
+        if session is None:  # the view shows a trace or a scored text: nothing was read here
+            self.insideReady.emit(InsideShown.nothing(request["key"], NO_SESSION))
+            return
+        if self._generating:
             return
         index = request["index"]
         if index >= len(session.steps):

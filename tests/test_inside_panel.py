@@ -86,8 +86,11 @@ def test_the_slider_starts_at_the_model_and_picks_a_lens_layer(qtbot, panel, sto
     assert panel.layer() == 0
     top = f"'{grid_tokens[0][-1]}' {float(view.probs[0].max()):.2f}"
     assert label.text() == f"embedding: {top} · ' park' ranks {int(ranks[0])}"
-    with qtbot.assertNotEmitted(panel.layerChosen):  # a new view resets the slider quietly
+    with qtbot.assertNotEmitted(panel.layerChosen):  # a new view keeps the layer picked, quietly (issue 24)
         panel.show_view(view, "again", position_tokens, grid_tokens, park, " park")
+    assert slider.value() == 0 and label.text().startswith("embedding: ")
+    panel.new_model()  # another model: back to the model's own
+    panel.show_view(view, "again", position_tokens, grid_tokens, park, " park")
     assert slider.value() == 1
 
 

@@ -71,6 +71,7 @@ class InsidePanel(QWidget):
         self._ranks = None
         self._weights: list[float] = []
         self._image = np.zeros((1, 1), np.float32)
+        self._chosen_layer: str | None = None  # the lens layer picked with the slider (None: the model's own)
 
         self.unavailable = QLabel("", objectName="insideUnavailable")
         self.unavailable.setWordWrap(True)
@@ -168,40 +169,70 @@ class InsidePanel(QWidget):
         self.split.addWidget(attention_part)
         self.split.setStretchFactor(0, 1)
         self.split.setChildrenCollapsible(False)
+        keep_room = self.split.sizePolicy()  # hidden while there are no numbers, its room kept: no size change
+        keep_room.setRetainSizeWhenHidden(True)
+        self.split.setSizePolicy(keep_room)
         self._rows_sized = 0  # the lens rows the splitter was last sized for
         layout = QVBoxLayout(self)
         layout.addWidget(self.unavailable)
         layout.addWidget(self.title)
         layout.addWidget(self.split, 1)
 
-    def _set_available(self, available: bool) -> None:
-        self.unavailable.setVisible(not available)
-        self.title.setVisible(available)
-        self.split.setVisible(available)
+    def _show_part(self, note: bool, numbers: bool) -> None:
+        self.unavailable.setVisible(note)
+        self.title.setVisible(not note)
+        self.split.setVisible(numbers)
 
     def show_unavailable(self, text: str) -> None:
         self.unavailable.setText(text)
-        self._set_available(False)
+        if self._view is not None:
+            self._forget_view()
+        self._show_part(note=True, numbers=False)
 
     def show_waiting(self, text: str) -> None:
-        self._set_available(True)
+        """A sentence instead of numbers: the numbers shown before are gone (they were for another text, model
+        or steering); the layer and head chosen stay for the next view."""
         self.title.setText(text)
+        if self._view is not None:  # (called on each frame of a run: nothing to do once cleared)
+            self._forget_view()
+        self._show_part(note=False, numbers=False)
+
+    def new_model(self) -> None:
+        """Another model: its layers and heads are not the old one's, so nothing chosen carries over."""
+        self._chosen_layer = None
+        for combo in (self.layer_combo, self.head_combo):
+            combo.blockSignals(True)
+            combo.clear()
+            combo.blockSignals(False)
+        self.show_scales(())
+
+    def _forget_view(self) -> None:
+        self._view, self._ranks, self._position_tokens, self._grid_tokens = None, None, [], []
+        self._weights, self._image = [], np.zeros((1, 1), np.float32)
+        self.lens.setRowCount(0)
+        self.lens.setColumnCount(0)
+        self.layer_label.setText("")
+        self.strip.clear()
+        self.top.setText("")
+        self.image.clear()
 
     def show_view(self, view, title: str, position_tokens, grid_tokens, chosen_id=None, chosen_text=None) -> None:
         """An engine InsideView with the texts of its tokens: position_tokens[t] at position t, grid_tokens[l][j]
-        of view.grid_top[l, j]; chosen_id (and its text) the token the step took, None at the next token."""
-        self._set_available(True)
+        of view.grid_top[l, j]; chosen_id (and its text) the token the step took, None at the next token. The
+        slider stays on the layer chosen last if this view has it (layer() says which; no signal)."""
         self.title.setText(title)
+        self._show_part(note=False, numbers=True)
         self._view, self._position_tokens, self._grid_tokens = view, list(position_tokens), grid_tokens
         self._chosen_text = chosen_text or ""
         self._ranks = None if chosen_id is None else view.ranks(chosen_id)
         last = len(view.layers) - 1
+        kept = view.layers.index(self._chosen_layer) if self._chosen_layer in view.layers else last
         self.slider.blockSignals(True)
         self.slider.setRange(0, last)
-        self.slider.setValue(last)
+        self.slider.setValue(kept)
         self.slider.blockSignals(False)
         self._fill_lens(view)
-        self._layer_moved(last, emit=False)
+        self._layer_moved(kept, emit=False)
         layers, heads, _ = view.attention.shape
         self._fill_combo(self.layer_combo, [f"layer {i}" for i in range(1, layers + 1)])
         self._fill_combo(self.head_combo, ["mean of heads", *(f"head {i}" for i in range(1, heads + 1))])
@@ -277,6 +308,8 @@ class InsidePanel(QWidget):
         view = self._view
         if view is not None:
             n = len(view.layers) - 1
+            if emit:  # a person's choice (not a new view's): kept across views while the model has it
+                self._chosen_layer = None if k == n else view.layers[k]
             name = view.layers[k] if k == 0 else f"{view.layers[k]} of {n}" + (" (the model)" if k == n else "")
             text = f"{name}: {quoted(self._grid_tokens[k][-1])} {float(view.probs[k].max()):.2f}"
             if self._ranks is not None:
