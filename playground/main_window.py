@@ -33,6 +33,7 @@ from .run_speed import runtime_text
 from .widgets.chart import DistributionChart
 from .widgets.comparison_panel import ComparisonPanel
 from .widgets.controls import Controls
+from .widgets.elided_label import ElidedLabel
 from .widgets.inside_panel import InsidePanel
 from .widgets.rules_panel import RulesPanel
 from .widgets.scroll_column import ScrollColumn
@@ -105,8 +106,7 @@ class MainWindow(QMainWindow):
         self.runtime_label = QLabel(runtime_text(self.model), objectName="runtimeLabel")  # what runs the model
         self.runtime_label.setToolTip("The engine that runs the model, its CPU threads, and its context size")
         self.runtime_label.setContentsMargins(14, 0, 2, 0)  # apart from the speed beside it
-        self.message_label = QLabel("", objectName="messageLabel")
-        self.message_label.setWordWrap(True)
+        self.message_label = ElidedLabel("", objectName="messageLabel")  # one line: the whole text in its tooltip
         self.recovery_banner = RecoveryBanner()  # "The last session ended unexpectedly: Restore / Discard"
 
         self._layout()

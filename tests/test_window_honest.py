@@ -119,3 +119,17 @@ def test_the_first_size_keeps_within_a_laptop_screen():
     size = default_size(Screen())
     assert size.width() <= 1366 and size.height() <= 736 - 40  # room for the window's own frame
     assert default_size(None) == QSize(1360, 820)
+
+
+def test_a_long_status_message_stays_on_one_line(qtbot, window):
+    window.resize(1024, 700)
+    qtbot.waitUntil(lambda: window.size() == QSize(1024, 700), timeout=WAIT)
+    bar, hint = window.statusBar().height(), window.minimumSizeHint()
+    long = "could not compare the text: " + "a reason that goes on and on " * 30
+    window.controller.show_error(long)
+    qtbot.wait(50)
+    label = window.message_label
+    assert label.text() == long and label.toolTip() == long  # the whole message, on hover
+    assert window.statusBar().height() == bar and window.minimumSizeHint() == hint
+    assert window.size() == QSize(1024, 700)
+    assert label.width() <= window.width()
