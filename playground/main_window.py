@@ -185,11 +185,11 @@ class MainWindow(QMainWindow):
         self.side_tabs.setTabToolTip(4, "Inside the model at the selected token: what each layer would predict "
                                         "(logit lens) and where each head looks (attention)")  # fmt: skip
 
-        left = QSplitter(Qt.Orientation.Vertical)
-        left.addWidget(self.controls)
-        left.addWidget(self.side_tabs)
-        left.setStretchFactor(0, 0)
-        left.setStretchFactor(1, 1)
+        left = QWidget()  # the controls keep their height (a warning under the prompt grows them), the tabs the rest
+        left_layout = QVBoxLayout(left)
+        left_layout.setContentsMargins(0, 0, 0, 0)
+        left_layout.addWidget(self.controls)
+        left_layout.addWidget(self.side_tabs, 1)
 
         main = QSplitter(Qt.Orientation.Horizontal)
         main.addWidget(ScrollColumn(left, "leftColumn"))  # a short window scrolls it: the window never grows

@@ -60,6 +60,11 @@ def test_the_window_keeps_its_size_whatever_it_shows(qtbot, window):
     type_prompt(qtbot, window, "mia has a red ball. ")  # a trailing space: a warning under the prompt
     assert window.controls.prompt_error.isVisible()
     assert window.size() == QSize(1024, 700)
+    qtbot.wait(50)
+    controls = window.controls  # the column scrolls if it must: nothing in it is squashed below its size
+    for field in (controls.temperature, controls.top_k, controls.top_p, controls.min_p, controls.max_tokens,
+                  controls.seed, controls.prompt_error):  # fmt: skip
+        assert field.height() >= field.minimumSizeHint().height(), field.objectName()
     type_prompt(qtbot, window, "mia has a red ball.")
     generate(qtbot, window)
     for index in range(window.side_tabs.count()):  # every tab, the Inside tab's tall panel too

@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )  # fmt: skip
 
+from .scroll_column import ScrollColumn
 from .tree_panel import shown
 
 TOP_ATTENDED = 5  # positions listed under the strip
@@ -176,7 +177,7 @@ class InsidePanel(QWidget):
         layout = QVBoxLayout(self)
         layout.addWidget(self.unavailable)
         layout.addWidget(self.title)
-        layout.addWidget(self.split, 1)
+        layout.addWidget(ScrollColumn(self.split, "insideScroll"), 1)  # a short window scrolls the numbers
 
     def _show_part(self, note: bool, numbers: bool) -> None:
         self.unavailable.setVisible(note)
