@@ -213,3 +213,35 @@ def test_llamacpp_expansion_matches_a_session_standing_there(smollm2_llamacpp):
         for token_id, p in kids.items():
             assert p == pytest.approx(peek.raw[peek.token_ids.index(token_id)], rel=1e-4)
     assert engine.replay(s.trace(), model).identical
+
+
+def test_expanding_a_healed_prompt_keeps_every_child_to_the_cut_text(story_model):
+    """Token healing cut ' pa' from the prompt: the first children spell it (' park', or ' p' then 'a...'), each
+    with the record a step there has; walking into one goes on as the session would; replay makes the same."""
+    prompt = "mia has a red ball. mia goes to the pa"
+    s = engine.Session(story_model, prompt, heal=True, temperature=1.0, max_new_tokens=30)
+    assert s.healing == " pa"
+    for raw in (False, True):
+        result = s.expand(top_k=4, depth=2, budget=60, raw=raw)
+        assert result.levels == 2
+    pieces = lambda node: story_model.tokenizer.token_bytes(s.tree.nodes[node].step.token_id)  # noqa: E731
+    first = s.tree.children(0)
+    assert len(first) >= 3
+    peek = engine.Session(story_model, prompt, heal=True, temperature=1.0).peek()  # what a step there draws from
+    for child in first:
+        piece = pieces(child)
+        assert piece.startswith(b" pa") or b" pa".startswith(piece), piece  # keeps to the cut text
+        step = s.tree.nodes[child].step
+        assert step.healing == " pa"
+        if step.token_id in peek.token_ids:
+            at = peek.token_ids.index(step.token_id)
+            assert (step.probability, step.model_probability) == pytest.approx((peek.final[at], peek.raw[at]))
+    park = next(c for c in first if pieces(c) == b" park")
+    s.goto(park)
+    assert s.text.endswith(" park") and s.healing is None
+    partial = next(c for c in first if pieces(c) == b" p")
+    below = [c for c in s.tree.children(partial) if c in s.tree.expanded]
+    assert below and all(pieces(c).startswith(b"a") for c in below)  # what is left, 'a', spelled next
+    s.goto(partial)
+    assert s.healing == "a"
+    assert engine.replay(s.trace(), story_model).identical

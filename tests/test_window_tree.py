@@ -243,6 +243,17 @@ def test_expand_on_a_fresh_prompt_grows_the_tree_from_the_prompt(qtbot, window):
     assert [window.session().tree.nodes[n].parent for n in second.nodes] == [0, 0]
 
 
+def test_expand_on_a_fresh_prompt_works_with_token_healing_on(qtbot, window):
+    """Healing is on by default for GGUF files: Expand on a fresh prompt must not be refused then (the children
+    keep to the text healing cut from the prompt)."""
+    window.controls.samplers.heal.setChecked(True)
+    type_prompt(qtbot, window, "mia has a red ball. mia goes to the pa")
+    result = expand_from_end(qtbot, window, top_k=3, depth=2, budget=12)
+    assert result.levels == 2 and window.message_label.text().startswith(f"Expanded: {len(result.nodes)} new nodes")
+    tokens = [window.session().tree.nodes[n].step.token for n in window.session().tree.children(0)]
+    assert " park" in tokens and all(" pa".startswith(t) or t.startswith(" pa") for t in tokens)
+
+
 def test_a_forced_branch_shows_the_models_probability(qtbot, window):
     """Issue 24: a forced branch's row said "p 0" (at temperature 0 the chain gives a token it did not choose
     nothing); it shows the model's probability, marked as such."""

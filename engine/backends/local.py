@@ -74,11 +74,13 @@ class LocalContext:
         maker = self._maker_for(settings)
         return maker.make(self._scores(ids), token_id, "model", dists, u, xtc_draw=xtc_draw, healing=healing)
 
-    def alternatives(self, ids, settings, token_ids, dists) -> list[Step]:
+    def alternatives(self, ids, settings, token_ids, dists, prefix: bytes | None = None) -> list[Step]:
         """A step for each of these tokens as the one after ids (a tree expansion's children), all read from
-        the one row at len(ids) and its distributions `dists`; nothing is drawn."""
+        the one row at len(ids) and its distributions `dists`; nothing is drawn. prefix: what token healing
+        had to spell there (recorded on the steps, as a sampled step records it)."""
         maker, scores = self._maker_for(settings), self._scores(ids)
-        return [maker.make(scores, token_id, "expanded", dists) for token_id in token_ids]
+        healing = None if prefix is None else prefix.decode("utf-8", errors="replace")
+        return [maker.make(scores, token_id, "expanded", dists, healing=healing) for token_id in token_ids]
 
     def force(self, ids, text, token_ids, source, settings, options=None) -> list[Step]:
         """One batched forward over the new positions: the last new token is not fed yet."""

@@ -96,11 +96,14 @@ def children(token_ids, probs, top_k: int | None, most: int, coverage: float | N
 
 
 def expand(context, model, ids: list[int], start: int, settings, expansion: Expansion,
-           add: Callable, progress: Callable | None = None, cancelled: Callable | None = None) -> ExpandResult:  # fmt: skip
-    """Expand below tree node `start`, whose text is `ids` (`context` holds it). add(parent node, step) ->
-    the child's node id; progress(nodes made, nodes expected); cancelled() -> True to stop (the finished
-    levels stay). The context's cache ends truncated to len(ids)."""
-    frontier = [(start, list(ids), 1.0)]  # (node, its ids, its sequence's probability) to expand, tree order
+           add: Callable, progress: Callable | None = None, cancelled: Callable | None = None,
+           healing: bytes | None = None, advance: Callable | None = None) -> ExpandResult:  # fmt: skip
+    """Expand below tree node `start`, whose text is `ids` (`context` holds it). add(parent node, step,
+    healing before the step) -> the child's node id; progress(nodes made, nodes expected); cancelled() -> True
+    to stop (the finished levels stay). healing: token healing's bytes still to spell at `start` (a prompt
+    whose end was cut): children keep to them as a step would, raw ones too, and advance(bytes, token id) says
+    what is left after a child (None: spelled). The context's cache ends truncated to len(ids)."""
+    frontier = [(start, list(ids), 1.0, healing)]  # (node, its ids, its sequence's probability, its healing)
     held = list(ids)  # what the cache holds
     reached, leaves = [], {}
     expected = _expected(expansion)
@@ -110,15 +113,14 @@ def expand(context, model, ids: list[int], start: int, settings, expansion: Expa
             room = expansion.budget - len(reached)
             kept = []  # a min-heap of the level's likeliest: ((sequence probability, -order), parent, ids, token, step)
             order = 0
-            for parent, path, p in frontier:
+            for parent, path, p, spelling in frontier:
                 if cancelled is not None and cancelled():
                     return _result(reached, leaves, levels, True)
                 common = shared_prefix(held, path)
                 context.truncate(common)
-                dists = context.distributions(path, settings)
+                dists = context.distributions(path, settings, None, spelling)
                 held = path
-                row = dists.raw if expansion.raw else dists.final.probs
-                ids_of_row = np.arange(len(row)) if expansion.raw else dists.final.token_ids()
+                ids_of_row, row = _weighed(dists, expansion.raw)
                 for token_id, q in children(
                     ids_of_row, row, expansion.top_k, min(room, MAX_CHILDREN), expansion.coverage
                 ):
@@ -126,22 +128,20 @@ def expand(context, model, ids: list[int], start: int, settings, expansion: Expa
                     order += 1
                     if len(kept) == room and key <= kept[0][0]:
                         continue  # it would not be kept: no record is made for it
-                    (step,) = context.alternatives(path, settings, [token_id], dists)
-                    entry = (key, parent, path, token_id, step)
+                    (step,) = context.alternatives(path, settings, [token_id], dists, spelling)
+                    entry = (key, parent, path, token_id, step, spelling)
                     (heapq.heappush if len(kept) < room else heapq.heapreplace)(kept, entry)
                 if progress is not None:
                     progress(len(reached) + len(kept), expected)
-            made = [
-                (key[0], parent, path, t, step) for key, parent, path, t, step in sorted(kept, key=lambda e: -e[0][1])
-            ]
             frontier = []
-            for q, parent, path, token_id, step in made:
-                node = add(parent, step)
+            for key, parent, path, token_id, step, spelling in sorted(kept, key=lambda e: -e[0][1]):
+                node = add(parent, step, spelling)
                 reached.append(node)
-                leaves[node] = q
+                leaves[node] = key[0]
                 leaves.pop(parent, None)
                 if token_id not in model.end_token_ids and len(path) + 1 < model.context_length:
-                    frontier.append((node, [*path, token_id], q))
+                    after = None if spelling is None else advance(spelling, token_id)
+                    frontier.append((node, [*path, token_id], key[0], after))
             levels += 1
             if progress is not None:
                 progress(len(reached), expected)
@@ -150,6 +150,17 @@ def expand(context, model, ids: list[int], start: int, settings, expansion: Expa
     finally:
         context.truncate(len(ids))
     return _result(reached, leaves, levels, False)
+
+
+def _weighed(dists, raw: bool):  # -> ([n] token ids, [n] probabilities) a node's children are chosen from
+    """The chain's final distribution, or the raw model's; while healing spells a cut text, the raw model's
+    over the tokens that keep to it (unnormalised: a sequence's probability stays the model's)."""
+    if not raw:
+        return dists.final.token_ids(), dists.final.probs
+    if "healing" in dists.rows:
+        allowed = dists.rows["healing"].token_ids()
+        return allowed, dists.raw[allowed]
+    return np.arange(len(dists.raw)), dists.raw
 
 
 def _expected(expansion: Expansion) -> int:

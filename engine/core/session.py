@@ -264,7 +264,8 @@ class Session:
         `budget` new nodes, under the chain's final probabilities or the raw model's (raw=True). The new nodes
         are marked expanded until the text goes through them (goto); the text itself does not change.
         progress(nodes, expected) and cancelled() -> True (Cancel keeps the finished levels) are for the
-        window. Logged with the levels finished, so replay makes the same nodes. -> ExpandResult."""
+        window. Where token healing still has a cut text to spell, the children keep to it as steps would.
+        Logged with the levels finished, so replay makes the same nodes. -> ExpandResult."""
         from engine.core.expand import expand
 
         start = self.path[-1] if self.path else 0
@@ -272,12 +273,16 @@ class Session:
         self.interrupt()
         state = {"draws_before": self._draws, "draws_after": self._draws, "epoch": self._epochs[-1]}
 
-        def add(parent: int, step: Step) -> int:  # walking into the node later stands where the text is now
-            return self.tree.add(parent, step, expanded=True, raw=raw, **state)
+        advance = self._healer().advance
+
+        def add(parent: int, step: Step, healing: bytes | None) -> int:  # walking in later stands as the text now
+            after = None if healing is None else advance(healing, step.token_id)
+            return self.tree.add(parent, step, expanded=True, raw=raw, healing_before=healing, healing_after=after,
+                                 **state)  # fmt: skip
 
         before = len(self.tree.nodes)
         result = expand(self._context, self.model, list(self.ids), start, self.settings, expansion, add,
-                        progress, cancelled)  # fmt: skip
+                        progress, cancelled, self._healing, advance)  # fmt: skip
         if result.levels:
             self._log({"kind": "expand", **expansion.to_dict(), "depth": result.levels})
         return replace(result, new=len(self.tree.nodes) - before)
@@ -305,14 +310,6 @@ class Session:
         )
         if settings.grammar is not None:
             raise ValueError("expansion does not follow a grammar: clear the grammar first")
-        if here:
-            healing = self._healing
-        elif last is not None:
-            healing = last.healing_after
-        else:  # the prompt: what healing had to spell before the first step
-            healing = self._healing_before[0] if self._healing_before else self._healing
-        if healing is not None:
-            raise ValueError("token healing is still spelling the end of the text: take a step first")
         if not raw and settings.active("xtc"):
             raise ValueError("XTC removes tokens at random: expand under the raw model, or turn XTC off")
         return expansion
