@@ -624,7 +624,7 @@ class Controller(QObject):
         self.message.emit(report.summary())
 
     def _begin_run(self) -> None:
-        self._seeds_stale()
+        # the seeds shown stay until the text really changes (a step, a branch): a refused Generate keeps them
         self.window.token_view.select(-1)
         self.feed.stopped = None
         self.running = True  # until the worker says otherwise (busyChanged, or failed before starting)

@@ -102,3 +102,19 @@ def test_seeds_cleared_by_a_step_or_a_generate_say_so_in_the_tab_and_the_status_
         assert rows.count() == 0
         assert summary.text() == STALE_SEEDS
         assert window.message_label.text() == f"Seeds cleared. {STALE_SEEDS}"
+
+
+def test_a_refused_generate_keeps_the_seeds(qtbot, window):
+    """A Generate the session refuses (the story has ended) changes no text: the seeds from an earlier token stay
+    listed (they were wiped, with the false note that the text had changed)."""
+    generate(qtbot, window)
+    window.token_view.click_step(2)
+    run_seeds(qtbot, window, 6)
+    rows = child(window, QListWidget, "seedCompletions")
+    count = rows.count()
+    window.token_view.select(-1)
+    qtbot.mouseClick(child(window, QPushButton, "generateButton"), Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: "cannot go on" in window.message_label.text(), timeout=WAIT)
+    qtbot.wait(100)
+    assert rows.count() == count > 0
+    assert child(window, QLabel, "seedSummary").text() != STALE_SEEDS
