@@ -7,6 +7,7 @@ Generate). After the model ended the text, or with the context full, they say wh
 """
 
 from concurrent import futures
+from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QMessageBox
@@ -412,11 +413,12 @@ class Controller(QObject):
     # --- models ------------------------------------------------------------------------------------------
     def open_model(self, source, **options) -> None:
         """Load a model in the worker: engine.load_model(source, **options) (None: the story model); the
-        window keeps the old one until it is in. Reloading the file in use (its Settings...) asks first, and
-        puts the session back on the reloaded model (its log replayed)."""
+        window keeps the old one until it is in. With a session of steps it asks first: the file in use again
+        (its Settings..., or another engine) gets the session back (its log replayed there); another model
+        closes it."""
         if isinstance(source, dict):  # a request from the picker
             source, options = source["source"], {k: v for k, v in source.items() if k != "source"}
-        kept = self._session_to_keep(source) if options.pop("keep_session", False) else None
+        kept = self._session_to_keep(source, options.get("backend"), options.pop("keep_session", False))
         if kept is False:
             return  # the person kept the model as it is
         self._kept_trace = kept
@@ -428,20 +430,30 @@ class Controller(QObject):
         self._set_status(f"Loading {source or 'the story model'}{engine_name}...")
         self.loadModel.emit({"source": source, **options})
 
-    def _session_to_keep(self, source):
-        """For a reload of the model in use with new settings (its Settings...), with a session of steps: ask,
-        and take its trace to replay on the reloaded model -> the trace, None (nothing to keep: another model, or
-        no steps), or False (the person cancelled)."""
+    def _session_to_keep(self, source, backend: str | None, new_settings: bool):
+        """Before another model is loaded over a session of steps, ask. The same file (new settings, or another
+        engine) can read the text: its trace is taken, to be replayed there. -> the trace, None (nothing to
+        keep: no steps, or another model), or False (the person cancelled)."""
         view = self.known.view
-        if source is None or source != self.model.source or not view.steps or self.trace_viewed is not None:
+        if not view.steps or self.trace_viewed is not None or self._replaying is not None:
             return None
+        name, ok, cancel = self.model.name, QMessageBox.StandardButton.Ok, QMessageBox.StandardButton.Cancel
+        if source is None or source != self.model.source:  # another model: the session cannot go with it
+            other = Path(source).name if source else "the story model"
+            answer = QMessageBox.question(
+                self.window, "Open another model",
+                f"Open {other}? The session on {name} ({view.steps} steps) closes: its text and tree do not carry "
+                "over to another model. File > Export trace keeps them (the autosave keeps the last one until the "
+                "next run).", ok | cancel,
+            )  # fmt: skip
+            return None if answer == ok else False
+        how = "with these settings" if new_settings else f"with {backend}"
         answer = QMessageBox.question(
             self.window, "Reload the model",
-            f"Reload {self.model.name} with these settings? The text and its branches are put back on the reloaded "
-            "model: its log is replayed there (the status bar says whether every step came out the same).",
-            QMessageBox.StandardButton.Ok | QMessageBox.StandardButton.Cancel,
+            f"Reload {name} {how}? The text and its branches are put back on the reloaded model: its log is "
+            "replayed there (the status bar says whether every step came out the same).", ok | cancel,
         )  # fmt: skip
-        if answer != QMessageBox.StandardButton.Ok:
+        if answer != ok:
             return False
         try:
             return self.trace("all")

@@ -148,3 +148,30 @@ def llama_cpp_server(tmp_path_factory):
     log_path = tmp_path_factory.mktemp("llama-server") / "server.log"
     with _serve("llama-server", command, f"http://127.0.0.1:{port}/health", log_path):
         yield f"http://127.0.0.1:{port}/v1"
+
+
+@pytest.fixture(autouse=True)
+def unanswered_questions(monkeypatch):
+    """A modal question (QMessageBox.question) that a test does not answer would wait forever: it is answered
+    Cancel and the test fails at its end, naming it. Tests that expect one patch QMessageBox.question."""
+    from PySide6.QtWidgets import QMessageBox
+
+    asked = []
+
+    def unexpected(parent, title, text, *args, **kwargs):
+        asked.append(f"{title}: {text}")
+        return QMessageBox.StandardButton.Cancel
+
+    monkeypatch.setattr(QMessageBox, "question", unexpected)
+    yield
+    assert not asked, f"the window asked a question the test did not answer: {asked}"
+
+
+def answer_questions(monkeypatch, ok: bool = True) -> list[str]:
+    """Answer the window's modal questions (OK, or Cancel) and keep their texts."""
+    from PySide6.QtWidgets import QMessageBox
+
+    asked = []
+    button = QMessageBox.StandardButton.Ok if ok else QMessageBox.StandardButton.Cancel
+    monkeypatch.setattr(QMessageBox, "question", lambda parent, title, text, *rest: asked.append(text) or button)
+    return asked

@@ -147,7 +147,7 @@ CHILD = textwrap.dedent("""
     import json, os, sys, time
     os.environ["QT_QPA_PLATFORM"] = "offscreen"
     from PySide6.QtCore import QEventLoop, QSettings
-    from PySide6.QtWidgets import QApplication
+    from PySide6.QtWidgets import QApplication, QLabel
     app = QApplication([])
     import engine
     from playground import MainWindow
@@ -193,7 +193,7 @@ CHILD = textwrap.dedent("""
     wait_until(saved_now)
     print(json.dumps({"text": window.token_view.whole_text(), "steps": window.token_view.step_count(),
                       "nodes": len(window.tree_panel.nodes) - 1, "settings": controls.settings(),
-                      "tree": window.findChild(type(window.message_label), "treeSummary").text()}), flush=True)
+                      "tree": window.findChild(QLabel, "treeSummary").text()}), flush=True)
     if sys.argv[2] == "while generating":  # a new branch, held midway by a rule's command (30 s) at " the"
         window.rules_panel.allow_commands.setChecked(True)
         window.rules_panel.add_rule(" the", "command", sys.executable + " -c 'import time; time.sleep(30)'")

@@ -5,6 +5,7 @@ on numpy (30 layers) and on llama.cpp (none)."""
 
 import numpy as np
 import pytest
+from conftest import answer_questions
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox, QLabel, QPushButton, QSlider, QTableWidget, QTextBrowser
 from test_window import WAIT, child, generate, step, type_prompt
@@ -72,8 +73,9 @@ def switch(qtbot, win, source, **options):
         win.controller.open_model(source, **options)
 
 
-def test_a_model_switch_shows_nothing_of_the_old_model(qtbot, window):
+def test_a_model_switch_shows_nothing_of_the_old_model(qtbot, window, monkeypatch):
     pytest.importorskip("llama_cpp")
+    answer_questions(monkeypatch)  # "the session on the story model closes": OK
     open_inside_and_step(qtbot, window)
     child(window, QSlider, "insideLayer").setValue(0)  # the embedding's lens in the chart
     assert "logit lens at embedding" in chart_title(window)

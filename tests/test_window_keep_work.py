@@ -4,6 +4,7 @@ settings, and reloading a model with new settings asks first and puts the sessio
 import shutil
 
 import pytest
+from conftest import answer_questions
 from PySide6.QtCore import QSize, Qt
 from PySide6.QtWidgets import QMessageBox, QPushButton
 from test_window import child, generate, type_prompt
@@ -95,3 +96,31 @@ def test_reloading_with_new_settings_asks_first_and_puts_the_session_back(
     assert win.token_view.text() == text and win.token_view.step_count() == steps
     assert "the session is back" in win.message_label.text()
     assert len(win.session().steps) == steps and win.session().text == text
+
+
+def test_another_model_over_a_session_asks_first(qtbot, prefs, story_model, smollm2_file, monkeypatch):
+    win = open_window(qtbot, prefs, story_model)
+    generate(qtbot, win)
+    text = win.token_view.text()
+    asked = answer_questions(monkeypatch, ok=False)
+    win.controller.open_model({"source": str(smollm2_file), "backend": "llama.cpp", "threads": 1})
+    assert "closes" in asked[0] and "Export trace" in asked[0]
+    assert not win.controller.loading and win.model is story_model and win.token_view.text() == text
+    answer_questions(monkeypatch)
+    open_smollm2(qtbot, win)
+    assert win.model.source == str(smollm2_file)
+
+
+def test_the_same_file_with_another_engine_gets_the_session_back(qtbot, prefs, story_model, smollm2_file, monkeypatch):
+    win = open_window(qtbot, prefs, story_model)
+    open_smollm2(qtbot, win)
+    win.controls.max_tokens.setValue(5)
+    generate(qtbot, win)
+    steps = win.token_view.step_count()
+    asked = answer_questions(monkeypatch)
+    with qtbot.waitSignal(win.controller.message, timeout=WAIT):
+        win.controller.open_model({"source": str(smollm2_file), "backend": "numpy", "context_length": 512})
+    assert "with numpy" in asked[0] and "put back" in asked[0]
+    assert "backend" not in win.model.describe()  # the numpy engine now
+    assert win.token_view.step_count() == steps == len(win.session().steps)
+    assert "the session is back" in win.message_label.text()

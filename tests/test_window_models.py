@@ -9,7 +9,7 @@ import shutil
 import time
 
 import pytest
-from conftest import shown_window
+from conftest import answer_questions, shown_window
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QApplication, QComboBox, QDialog, QFileDialog, QPushButton, QSpinBox
 from test_discovery import hf_repo
@@ -81,7 +81,8 @@ def set_spin(dialog, name: str, value: int) -> None:
     dialog.findChild(QSpinBox, name).setValue(value)
 
 
-def test_the_picker_lists_found_models_with_their_engines_and_opens_them(qtbot, folders, prefs, story_model):
+def test_the_picker_lists_found_models_with_their_engines_and_opens_them(qtbot, folders, prefs, story_model,
+                                                                       monkeypatch):  # fmt: skip
     hub, lmstudio = folders
     hf_repo(hub, HF_REPO, {"smollm2-135m-instruct-q4_1.gguf": SMOLLM2})  # the same file as the package's
     copy = lmstudio / "bartowski" / "SmolLM2-GGUF" / "SmolLM2-copy.gguf"
@@ -114,7 +115,10 @@ def test_the_picker_lists_found_models_with_their_engines_and_opens_them(qtbot, 
     assert 1 <= win.token_view.step_count() <= 6
 
     numpy_line = labels(win).index(f"{HF_REPO}/smollm2-135m-instruct-q4_1.gguf — numpy reference engine")
-    pick(qtbot, win, numpy_line)
+    asked = answer_questions(monkeypatch)  # the same file with another engine: the session is put back there
+    with qtbot.waitSignal(win.controller.message, timeout=WAIT):  # the session replayed on it
+        pick(qtbot, win, numpy_line)
+    assert "with numpy" in asked[0]
     assert "backend" not in win.model.describe() and win.model.source == str(hf_path)
     assert win.model.context_length == 1024  # the file's context size, for either engine
 
@@ -167,7 +171,8 @@ def test_settings_are_asked_remembered_and_reload_the_model(qtbot, folders, pref
     assert not again.controller.loading and again.model.context_length == 512
 
 
-def test_a_file_llama_cpp_cannot_open_is_refused_quickly_and_the_old_model_stays(qtbot, window, tmp_path, cache_dir):
+def test_a_file_llama_cpp_cannot_open_is_refused_quickly_and_the_old_model_stays(qtbot, window, tmp_path, cache_dir,
+                                                                                 monkeypatch):  # fmt: skip
     data = bytearray(SMOLLM2.read_bytes())
     at = data.index(b"llama", 0, 1 << 16)  # general.architecture's value
     data[at : at + 5] = b"zzzzz"
@@ -182,6 +187,7 @@ def test_a_file_llama_cpp_cannot_open_is_refused_quickly_and_the_old_model_stays
     assert seconds < 2, f"refused after {seconds:.2f} s"
     assert "story model" in window.windowTitle() and not window.controls.load_progress.isVisible()
     assert generate(qtbot, window) == "end of story"
+    answer_questions(monkeypatch)  # "the session on the story model closes": OK (and the refusal keeps it)
 
     for options, expected in (({"context_length": 9000}, "context size 9000 is larger than the model's 8192"),
                               ({"threads": 0}, "threads must be a positive whole number, got 0")):  # fmt: skip
