@@ -22,6 +22,7 @@ from engine.core.checks import checked_ids
 
 DEFAULT_CONTEXT = 8192  # the default context: the file's training context capped at this
 MAX_BATCH = 512  # tokens per llama_decode call (a longer feed is decoded in chunks)
+ABORTED = 2  # llama_decode's status when its abort callback said stop
 
 
 class LlamaCppCache:
@@ -42,6 +43,9 @@ class LlamaCppCache:
             raise ValueError(f"llama.cpp could not create a context of {model.context_length} positions"
                              f"{_llama_error()}")  # fmt: skip
         self.ctx = ctx
+        check = library.abort_check(llama)
+        if check is not None:  # model.stop_work() ends a decode in progress at its next graph node
+            llama.llama_set_abort_callback(ctx, check, ctypes.addressof(model._abort_flag))
         self.batch_size = params.n_batch
         self.batch = llama.llama_batch_init(self.batch_size, 0, 1)
         self.memory = llama.llama_get_memory(ctx)
@@ -135,6 +139,7 @@ class LlamaCppModel(LocalBackend):
             raise ValueError(f"{path}: llama.cpp cannot load this file (architecture {architecture!r})"
                              f"{_llama_error()}")  # fmt: skip
         self.handle = handle
+        self._abort_flag = ctypes.create_string_buffer(2)  # library.abort_check's: b"\x01" in front stops decoding
         self._caches: weakref.WeakSet = weakref.WeakSet()
         self._grammars: weakref.WeakSet = weakref.WeakSet()
         self._free = weakref.finalize(self, llama.llama_model_free, handle)
@@ -156,7 +161,8 @@ class LlamaCppModel(LocalBackend):
             self.architecture = self._meta("general.architecture")
             self.name = path.stem
             self.source = str(path)
-            self.weights_sha256 = file_sha256(path)
+            # progress hears the hashing too (a file of gigabytes takes seconds): an exception it raises cancels
+            self.weights_sha256 = file_sha256(path, each_block=progress and (lambda: progress(1000, 1000)))
         except BaseException:
             self._free()
             raise
@@ -196,6 +202,8 @@ class LlamaCppModel(LocalBackend):
             status = llama.llama_decode(cache.ctx, batch)
             if status != 0:
                 llama.llama_memory_seq_rm(cache.memory, 0, start, -1)
+                if status == ABORTED and self.work_stopped:
+                    raise ValueError(f"{self.name} was told to stop its work (stop_work): decoding stopped")
                 raise ValueError(f"llama.cpp could not decode {n} tokens at position {start + chunk} "
                                  f"(status {status}){_llama_error()}")  # fmt: skip
             cache.length = start + chunk + n
@@ -204,6 +212,12 @@ class LlamaCppModel(LocalBackend):
                 pointer = llama.llama_get_logits(cache.ctx)
                 rows.append(np.ctypeslib.as_array(pointer, shape=(outputs, self._vocab_size)).copy())
         return rows[0] if len(rows) == 1 else np.concatenate(rows)
+
+    def stop_work(self, stopped: bool = True) -> None:
+        """LocalBackend.stop_work; a decode in progress on any of this model's contexts also ends, at its next
+        node of the graph (llama_decode returns ABORTED)."""
+        super().stop_work(stopped)
+        self._abort_flag[0] = 1 if stopped else 0
 
     def has_grammars(self) -> bool:
         return True
