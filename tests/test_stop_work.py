@@ -1,6 +1,7 @@
 """Stopping a model's work, for closing an app whose worker may be busy (LocalBackend.stop_work): every forward
 pass is refused until stop_work(False), a llama.cpp decode in progress ends at its next graph node, a load is
-cancelled while its file is hashed; and engine.core.files.end_writes, closing's last resort, cuts no write."""
+cancelled while its file is hashed, a text is scored in a llama.cpp context no larger than it (quick to make and
+free); and engine.core.files.end_writes, closing's last resort, cuts no write."""
 
 import subprocess
 import sys
@@ -127,3 +128,15 @@ def test_end_writes_waits_for_a_write_in_progress_and_lets_none_start(tmp_path):
     ]
     assert target.read_bytes() == b"first half, second half"
     assert not (tmp_path / "late").exists()
+
+
+def test_a_text_is_scored_in_a_llamacpp_context_as_large_as_the_text(smollm2_2_threads):
+    """A scoring context of the model's size took 0.2-3 s to make, and closing waited for it: it is as large as
+    the text now, with the same numbers."""
+    model = smollm2_2_threads
+    ids = model.tokenizer.encode("Name a large animal. The elephant is the largest animal on land.")
+    sized, full = model.open_context(), model.open_context()
+    full.cache.opened()  # made before scoring: the model's own size
+    sized_steps, full_steps = sized.score(ids, engine.Settings()), full.score(ids, engine.Settings())
+    assert (sized.cache.positions, full.cache.positions) == (len(ids), model.context_length)
+    assert [s.to_dict() for s in sized_steps] == [s.to_dict() for s in full_steps]

@@ -110,6 +110,8 @@ class LocalContext:
         distribution of the chunk's i-th token). No row is kept (1,000 positions of Gemma 3's 262,144
         scores would be 1 GB); engine.compare reads two models' rows side by side."""
         maker = self._maker_for(settings)
+        if hasattr(self.cache, "size_for"):  # llama.cpp: a context as large as the text, made much sooner
+            self.cache.size_for(len(ids))
         self.truncate(0)
         text_ids = np.asarray(ids, dtype=np.int64)  # each step's history is a view of it
         try:
