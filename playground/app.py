@@ -1,5 +1,6 @@
 """QApplication and main(): `token-playground` and `python -m playground` open the window."""
 
+import gc
 import os
 import sys
 
@@ -27,6 +28,11 @@ def main(argv=None) -> int:
     code = app.exec()
     if threads_left_running():
         end_now(code)
+    # Closing is done (settings saved, the worker stopped, models freed). Python's teardown runs full garbage
+    # collections over every object the app made (the steps, their candidates, the tree): 0.2-0.3 s of a 0.4 s
+    # exit here, over 1 s on a busy machine. Frozen, they are skipped; objects are still freed as their last
+    # reference goes, and atexit handlers run (only cycles left at exit stay, as Python never promises otherwise).
+    gc.freeze()
     return code
 
 
