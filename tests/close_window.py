@@ -2,11 +2,12 @@
 story model, closed at one moment of its work. It prints "closing at T" (time.monotonic: one clock for every
 process of the machine) just before the window's close(), so the parent measures closing up to the process's exit.
 
-    python tests/close_window.py CASE [--model smollm2|story] [--threads N] [--long]
+    python tests/close_window.py CASE [--model smollm2|story] [--threads N | --numpy] [--long]
 
 CASE: idle (after a run, its prompt scored), scoring (as the run ends: the worker then scores the prompt),
 reading (as the run begins: its first step reads the prompt), generating (after the first token), expanding, seeds, loading (SmolLM2 being loaded), comparing (a second model loading and reading the
-text), compared (idle, a second model open). The app's settings, data and caches go to a new temporary folder.
+text), compared (idle, a second model open). The app's settings, data and caches go to a new temporary folder
+(or to $CLOSE_WINDOW_HOME).
 """
 
 import argparse
@@ -23,10 +24,11 @@ parser = argparse.ArgumentParser()
 parser.add_argument("case", choices=CASES)
 parser.add_argument("--model", choices=tuple(PROMPTS), default="smollm2")
 parser.add_argument("--threads", type=int, default=None, help="llama.cpp's threads (default: the app's own)")
+parser.add_argument("--numpy", action="store_true", help="SmolLM2 on the numpy engine (one long forward: native)")
 parser.add_argument("--long", action="store_true", help="a prompt of about 1,000 tokens: reading it takes seconds")
 args = parser.parse_args()
 
-home = tempfile.mkdtemp(prefix="close-window-")
+home = os.environ.get("CLOSE_WINDOW_HOME") or tempfile.mkdtemp(prefix="close-window-")
 for name in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "TOKEN_PLAYGROUND_CACHE"):
     os.environ[name] = os.path.join(home, name.lower())
 os.environ["QT_QPA_PLATFORM"] = "offscreen"
@@ -48,6 +50,8 @@ class Driver(QObject):
         self.window, self.done = None, False
 
     def llama_options(self) -> dict:
+        if args.numpy:
+            return {"backend": "numpy"}
         return {"backend": "llama.cpp", **({} if args.threads is None else {"threads": args.threads})}
 
     @Slot()

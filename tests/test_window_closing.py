@@ -24,9 +24,10 @@ MARGIN_S = 0.5
 OFFSCREEN_ONLY = "This plugin does not support propagateSizeHints()"  # Qt's offscreen plugin, at every window shown
 
 
-def close_and_time(case: str, *options: str) -> tuple[float, str, str]:
-    """Run the child; -> (seconds from its close() to its exit, its stdout, its stderr)."""
-    env = dict(os.environ, PYTHONPATH=str(CHILD.parent.parent))
+def close_and_time(case: str, *options: str, home=None) -> tuple[float, str, str]:
+    """Run the child (its settings and data under `home`, or a folder of its own); -> (seconds from its close()
+    to its exit, its stdout, its stderr)."""
+    env = dict(os.environ, PYTHONPATH=str(CHILD.parent.parent), CLOSE_WINDOW_HOME=str(home or ""))
     child = subprocess.Popen([sys.executable, str(CHILD), case, *options], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
     try:
@@ -59,6 +60,17 @@ def test_closing_smollm2_takes_under_a_second_and_prints_nothing(options):
     said = [line for line in err.splitlines() if line.strip() and line.strip() != OFFSCREEN_ONLY]
     assert said == [], "closing printed:\n" + err
     assert took < GOAL_S + MARGIN_S, f"closing ({options}) took {took:.2f} s"
+
+
+def test_a_native_call_that_cannot_be_stopped_ends_the_process_after_saving(tmp_path):
+    """SmolLM2 on the numpy engine reads a prompt of 1,000 tokens in one forward pass of seconds (native: numpy's
+    matrix products), which nothing can stop: the app saves, and ends without waiting for it."""
+    took, out, err = close_and_time("reading", "--numpy", "--long", home=tmp_path)
+    assert "ended normally" not in out  # the last resort ended it
+    assert [line for line in err.splitlines() if line.strip() != OFFSCREEN_ONLY] == []
+    assert took < GOAL_S + MARGIN_S
+    settings = (tmp_path / "xdg_config_home" / "TokenPlayground" / "Token Playground.conf").read_text()
+    assert "the quick brown fox jumps over the lazy dog." in settings  # the prompt was saved first
 
 
 def test_closing_the_story_model_mid_expansion():
