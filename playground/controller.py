@@ -23,6 +23,7 @@ from .prompt_check import PromptCheck
 from .recovery import Recovery
 from .run_speed import speed_text, speed_tip
 from .session_view import KnownSession
+from .skipped_rules import SkippedCommands
 from .widgets.seeds_panel import start_text
 from .worker import LOAD_CANCELLED, WorkerThread
 
@@ -73,6 +74,9 @@ class Controller(QObject):
         self._kept_trace: dict | None = None  # the session to put back once the model reloads
         self._replays = 0
         self.feed = Feed(window, running=lambda: self.running)
+        self.skipped_commands = SkippedCommands(window.rules_panel, self)  # said once a run, in the status bar
+        self.feed.stepsAppended.connect(self.skipped_commands.steps_appended)
+        self.skipped_commands.said.connect(self._set_status)
         self.prompts = PromptCheck(window, model)
         self.picker = ModelPicker(window, busy=lambda: self.running)
         self.comparing = Comparing(
@@ -152,6 +156,7 @@ class Controller(QObject):
         request = self._ready_request("step")
         if request is None:
             return
+        self.skipped_commands.run_begins()
         if self._continues(request):
             self.setRules.emit(request["rules"])
             self.stepOnce.emit(request["settings"])
@@ -636,6 +641,7 @@ class Controller(QObject):
         self.message.emit(report.summary())
 
     def _begin_run(self) -> None:
+        self.skipped_commands.run_begins()
         # the seeds shown stay until the text really changes (a step, a branch): a refused Generate keeps them
         self.window.token_view.select(-1)
         self.feed.stopped = None

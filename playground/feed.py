@@ -9,11 +9,12 @@ once the session has stopped it shows the last step (click a bar: take it there 
 
 from collections.abc import Callable
 
-from PySide6.QtCore import QObject, QTimer
+from PySide6.QtCore import QObject, QTimer, Signal
 
 from .token_text import REPLACEMENT
 
 FLUSH_MS = 16  # new tokens reach the view in batches, at most ~60 times a second
+TAIL = 1000  # characters of the text before new steps that stepsAppended gives
 LIVE_FLUSH_MS = 33  # ~30 times a second while streaming: the GUI's Python work shares the GIL with the worker
 
 STOP_TEXT = {"max_new_tokens": "max new tokens"}
@@ -28,6 +29,8 @@ def probability_text(step) -> str:
 
 
 class Feed(QObject):
+    stepsAppended = Signal(str, object)  # (the text's last TAIL characters before them, new steps the view took)
+
     def __init__(self, window, running: Callable[[], bool]):
         super().__init__(window)
         self.view, self.chart = window.token_view, window.chart
@@ -65,7 +68,9 @@ class Feed(QObject):
         if not self.pending:
             return
         steps, self.pending = self.pending, []
+        before = self.view.tail(TAIL)
         self.view.append_steps(steps)
+        self.stepsAppended.emit(before, steps)
         if self.running():
             self.show_live()
 

@@ -85,6 +85,7 @@ class GenerationWorker(QObject):
         self._handled = 0  # session commands (start, reset) handled, for the SessionView
         self._stop = threading.Event()
         self._cancel_load = threading.Event()
+        self.closing = threading.Event()  # set by WorkerThread.shutdown: loads are cancelled, for good
         self._loaded_here = False  # a model this worker loaded is its own to close (a server's connections)
         self._generating = False
         self._prompt_unscored = False  # the session's prompt waits to be scored (once the worker is idle)
@@ -362,7 +363,7 @@ class GenerationWorker(QObject):
         options = {key: value for key, value in request.items() if key != "source"}
 
         def progress(done, total):
-            if self._cancel_load.is_set():
+            if self._cancel_load.is_set() or self.closing.is_set():
                 raise LoadCancelled
             self.loadProgress.emit(done, total)
 
@@ -399,8 +400,13 @@ class GenerationWorker(QObject):
         model = self.second_model
         if wanted is not None and wanted != self._second_request:
             options = {key: value for key, value in wanted.items() if key != "source"}
+
+            def progress(_done, _total):  # closing cancels this load too
+                if self.closing.is_set():
+                    raise LoadCancelled
+
             try:
-                model = engine.load_model(wanted["source"], **options)
+                model = engine.load_model(wanted["source"], progress=progress, **options)
             except Exception as error:  # noqa: BLE001 - any failure is said; nothing else changes
                 self.compareFailed.emit(f"could not open the second model: {_readable(error)}")
                 return
@@ -642,6 +648,15 @@ def _could_not_open(source, error: str) -> str:
     return f"could not open the model: {error}" if str(source) in error else f"could not open {source}: {error}"
 
 
+SHUTDOWN_WAIT_S = 0.4  # closing waits this long at most for the worker (then app.main ends without it)
+_left_running: list = []  # WorkerThreads a native call held past closing: kept, never destroyed while running
+
+
+def threads_left_running() -> bool:
+    """Whether closing left a worker's thread running (app.main then ends the process without it)."""
+    return any(threads.thread.isRunning() for threads in _left_running)
+
+
 class WorkerThread:
     """The worker and its QThread, started together and stopped cleanly (no 'Destroyed while running')."""
 
@@ -652,18 +667,29 @@ class WorkerThread:
         self.worker.moveToThread(self.thread)
         self.thread.start()
 
-    def shutdown(self, timeout_ms: int = 5000) -> None:
+    def shutdown(self, wait_s: float = SHUTDOWN_WAIT_S) -> bool:
+        """Stop the worker within wait_s: its run or expansion stops before the next step, a load is cancelled,
+        a rule's command is ended, and its models refuse further forward passes (stop_work: llama.cpp ends the
+        one in progress at its next graph node, so seeds, a prompt being scored or read stop at once); then its
+        own models are closed. -> True. A thread that a native call still holds (llama.cpp making a context) is
+        never terminated (QThread.terminate can kill it holding the GIL or a lock: a hang, or Qt's and GLib's
+        warnings): it is left running, and False returned (app.main then ends the process without it)."""
         if not self.thread.isRunning():
-            return
-        self.worker.request_stop()
+            return True
+        worker = self.worker
+        models = [model for model in (worker.model, worker.second_model) if hasattr(model, "stop_work")]
+        worker.closing.set()
+        worker.request_stop()
+        for model in models:
+            model.stop_work()
         self.thread.quit()
-        deadline = time.monotonic() + timeout_ms / 1000
-        while not self.thread.wait(20):  # a step in progress finishes first; never kill it midway
-            # ...but a command a rule runs would hold that step for its whole timeout: end it (and any a
-            # rule starts after this), so closing takes milliseconds.
-            engine.CommandTool.end_all()
+        deadline = time.monotonic() + wait_s
+        while not self.thread.wait(10):
+            engine.CommandTool.end_all()  # a command a rule runs, and any a rule starts after this
             if time.monotonic() > deadline:
-                self.thread.terminate()
-                self.thread.wait()
-                break
-        self.worker.close_own_model()
+                _left_running.append(self)
+                return False
+        for model in models:
+            model.stop_work(False)  # a model the window was given may work on elsewhere
+        worker.close_own_model()
+        return True

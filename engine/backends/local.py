@@ -112,6 +112,8 @@ class LocalContext:
         distribution of the chunk's i-th token). No row is kept (1,000 positions of Gemma 3's 262,144
         scores would be 1 GB); engine.compare reads two models' rows side by side."""
         maker = self._maker_for(settings)
+        if hasattr(self.cache, "size_for"):  # llama.cpp: a context as large as the text, made much sooner
+            self.cache.size_for(len(ids))
         self.truncate(0)
         text_ids = np.asarray(ids, dtype=np.int64)  # each step's history is a view of it
         try:
@@ -256,7 +258,9 @@ class LocalContext:
 
     def _forward(self, token_ids, last_only=False) -> np.ndarray:
         """The model's scores after feeding token_ids; a failed or non-finite forward leaves the cache as
-        it was."""
+        it was; none runs on a model told to stop its work (LocalBackend.stop_work)."""
+        if self.model.work_stopped:
+            raise ValueError(f"{self.model.name} was told to stop its work (stop_work): no forward pass runs")
         start = self.cache.length
         try:
             steer = {} if self._head_scales is None else {"head_scales": self._head_scales}
@@ -301,6 +305,13 @@ class LocalBackend:
 
     end_reason = "end of text"
     source = ""  # the file it came from; "" for the built-in model
+    work_stopped = False  # stop_work(): every forward pass is refused, until stop_work(False)
+
+    def stop_work(self, stopped: bool = True) -> None:
+        """Thread-safe, for closing an app whose worker thread may be busy with this model: while stopped, every
+        forward pass on it (in any thread) raises ValueError before it starts, so a loop of them (seeds, an
+        expansion, a text being scored) ends at its next pass; stop_work(False) lets them run again."""
+        self.work_stopped = stopped
 
     @property
     def capabilities(self) -> Capabilities:

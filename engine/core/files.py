@@ -3,8 +3,12 @@
 import glob
 import os
 import tempfile
+import threading
 from collections.abc import Iterable
 from pathlib import Path
+
+_writes = threading.Condition()
+_writing = 0  # atomic writes in progress in this process
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -17,20 +21,36 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 def atomic_write_blocks(path: Path, blocks: Iterable[bytes]) -> None:
     """atomic_write_bytes for a file written block by block: an exception from `blocks` (a check that fails,
     a cancel) leaves no file and no temporary behind."""
+    global _writing
     path = Path(path)
-    _remove_orphaned_temporaries(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.{os.getpid()}.", suffix=".tmp")
+    with _writes:  # a process ending at once (end_writes) waits for this write, and lets no new one start
+        _writing += 1
     try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes the file private; give it the usual mode
-        with os.fdopen(fd, "wb") as f:
-            for block in blocks:
-                f.write(block)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+        _remove_orphaned_temporaries(path)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.{os.getpid()}.", suffix=".tmp")
+        try:
+            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes the file private; give it the usual mode
+            with os.fdopen(fd, "wb") as f:
+                for block in blocks:
+                    f.write(block)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    finally:
+        with _writes:
+            _writing -= 1
+            _writes.notify_all()
+
+
+def end_writes(timeout: float) -> bool:
+    """For a process about to end at once (os._exit): wait up to `timeout` seconds for the atomic writes in
+    progress in other threads to finish, then let no other start (a writer waits for good). False when one was
+    still in progress (even then its file is whole: the old one stays until the rename)."""
+    _writes.acquire()  # held from here on
+    return _writes.wait_for(lambda: _writing == 0, timeout)
 
 
 def _remove_orphaned_temporaries(path: Path) -> None:

@@ -1,12 +1,15 @@
 """The rules panel: trigger rules as rows of a table (when the text ends with ... -> insert text, choose
 among options, or run a command). Running a command needs the "Allow commands" box, which is off by
-default and which nothing but a person's click turns on (opening a trace never does). Leading and trailing
-spaces, which decide what a trigger matches, show as · in the cells. Any edit emits rulesChanged."""
+default and which nothing but a person's click turns on (opening a trace never does); while it is off, each
+command rule's row is greyed, and its tooltip and a line under the table say that it is skipped, and why.
+Leading and trailing spaces, which decide what a trigger matches, show as · in the cells. Any edit emits
+rulesChanged."""
 
 import re
 import shlex
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QBrush, QPalette
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -28,6 +31,7 @@ ACTIONS = (("insert", "insert"), ("choose", "choose"), ("command", "command"))
 WHEN, REGEX, ACTION, VALUE = range(4)
 HEADERS = ("Ends with", "Regex", "Action", "Value")
 _EDGE_SPACES = re.compile(r"^ +| +$")
+SKIPPED = "skipped: Allow commands is off"
 
 
 def visible_spaces(text: str) -> str:
@@ -79,6 +83,11 @@ class RulesPanel(QWidget):
         self.remove_button.clicked.connect(self._remove_selected)
         self.table.itemChanged.connect(lambda _item: self.rulesChanged.emit())
         self.allow_commands.toggled.connect(lambda _on: self.rulesChanged.emit())
+        self.skipped_label = QLabel("", objectName="skippedRulesLabel")
+        self.skipped_label.setWordWrap(True)
+        self.skipped_label.setToolTip("Tick Allow commands to let these rules run their programs")
+        self.skipped_label.hide()
+        self.rulesChanged.connect(self._show_skipped)  # every edit, a row added or removed, the box toggled
 
         buttons = QHBoxLayout()
         buttons.addWidget(QLabel("Rules"))
@@ -90,6 +99,7 @@ class RulesPanel(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addLayout(buttons)
         layout.addWidget(self.table)
+        layout.addWidget(self.skipped_label)
 
     def add_rule(self, when: str = "", action: str = "insert", value: str = "", regex: bool = False) -> int:
         row = self.table.rowCount()
@@ -133,6 +143,43 @@ class RulesPanel(QWidget):
             except ValueError as error:
                 raise ValueError(f"rule {row + 1}: {error}") from None
         return rules
+
+    def skipped_rules(self) -> list[tuple[int, engine.Rule]]:
+        """The command rules that rules() leaves out while Allow commands is off: (row, rule)."""
+        if self.allow_commands.isChecked():
+            return []
+        skipped = []
+        for row in self._command_rows():
+            when, value = self.table.item(row, WHEN).text(), self.table.item(row, VALUE).text()
+            regex = self.table.item(row, REGEX).checkState() == Qt.CheckState.Checked
+            try:
+                skipped.append((row, self._rule(when, regex, "command", value, None)))
+            except ValueError:
+                continue  # a row not yet a rule (no trigger, a regex that does not compile): nothing to match
+        return skipped
+
+    def _command_rows(self) -> list[int]:
+        table = self.table
+        return [row for row in range(table.rowCount()) if table.cellWidget(row, ACTION).currentData() == "command"]
+
+    def _show_skipped(self) -> None:
+        """Grey each command rule's row while Allow commands is off, with why in its tooltip and under the table."""
+        skipped = [] if self.allow_commands.isChecked() else self._command_rows()
+        grey = QBrush(self.palette().color(QPalette.ColorGroup.Disabled, QPalette.ColorRole.Text))
+        with _quiet(self.table):  # restyling is not an edit
+            for row in range(self.table.rowCount()):
+                off = row in skipped
+                for column in (WHEN, REGEX, VALUE):
+                    item = self.table.item(row, column)
+                    item.setForeground(grey if off else QBrush())
+                    item.setToolTip(f"This command rule is {SKIPPED}" if off else "")
+                combo = self.table.cellWidget(row, ACTION)
+                combo.setToolTip(f"This command rule is {SKIPPED}" if off else "")
+                combo.setStyleSheet("color: palette(mid);" if off else "")
+        if skipped:
+            rows = ", ".join(str(row + 1) for row in skipped)
+            self.skipped_label.setText(f"Command rule{'s' if len(skipped) > 1 else ''} {rows} {SKIPPED}")
+        self.skipped_label.setVisible(bool(skipped))
 
     def _rule(self, when: str, regex: bool, action: str, value: str, tokenizer) -> engine.Rule:
         key = (when, regex, action, value)

@@ -242,6 +242,16 @@ class TokenView(QPlainTextEdit):
         """The session's text (prompt plus tokens) as the engine has it."""
         return "".join(self._text_parts)
 
+    def tail(self, length: int) -> str:
+        """The last `length` characters of text(), without joining all of it."""
+        parts, size = [], 0
+        for part in reversed(self._text_parts):
+            parts.append(part)
+            size += len(part)
+            if size >= length:
+                break
+        return "".join(reversed(parts))[-length:]
+
     def whole_text(self) -> str:
         """The prompt and what the steps show: a character split across tokens whole (text() has the
         engine's per-token text, U+FFFD for each part)."""

@@ -106,11 +106,14 @@ def _stacked(raw: dict, prefix: str, *parts):  # GGUF [out, in] matrices side by
     return np.ascontiguousarray(np.concatenate([raw[prefix + part + ".weight"] for part in parts]).T)
 
 
-def file_sha256(path: Path) -> str:
+def file_sha256(path: Path, each_block=None) -> str:
+    """each_block(): called before each 4 MiB read (an exception it raises stops the hashing)."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 22), b""):
             digest.update(block)
+            if each_block is not None:
+                each_block()
     return digest.hexdigest()
 
 

@@ -46,6 +46,22 @@ def llama():
         return llama_cpp
 
 
+def abort_check(llama_cpp):
+    """A C function for llama_set_abort_callback that runs without Python: libc's strlen, over a flag of two
+    bytes whose second is always 0 (first byte 0: length 0, decode on; 1: length 1, abort). ggml asks after
+    every node of the graph, from the decoding thread; a Python callback there would take the GIL hundreds of
+    times a token (and wait for the window's thread to let go of it). None where libc cannot be found: a
+    decode then runs to its end."""
+    with _lock:
+        if "abort_check" not in _state:
+            try:
+                libc = ctypes.CDLL(None) if os.name != "nt" else ctypes.cdll.msvcrt
+                _state["abort_check"] = ctypes.cast(libc.strlen, llama_cpp.ggml_abort_callback)
+            except (OSError, AttributeError):
+                _state["abort_check"] = None
+        return _state["abort_check"]
+
+
 def _log(level: int, text: bytes, user_data) -> None:
     """llama.cpp's log callback: append to the log file, debug lines left out, error lines also kept in
     `errors` (to explain a failure); never raise into C."""

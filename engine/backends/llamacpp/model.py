@@ -1,7 +1,8 @@
 """LlamaCppModel: a GGUF file run by llama.cpp behind the backend contract.
 
-The model (weights, vocabulary) is loaded once; each session's cache is a llama_context of its own, whose
-memory (the KV cache) is truncated for a rewind (llama_memory_seq_rm), so the kept prefix is not recomputed.
+The model (weights, vocabulary) is loaded once; each session's cache is a llama_context of its own (made at its
+first use; a text to score gets one as large as the text), whose memory (the KV cache) is truncated for a
+rewind (llama_memory_seq_rm), so the kept prefix is not recomputed. stop_work() ends a decode in progress.
 forward_cached decodes the new ids in one batch (chunks of n_batch), asks for scores only where they are
 needed, and copies them out of llama.cpp's buffer as float32 [rows, vocab]; LocalContext does the rest.
 """
@@ -22,55 +23,84 @@ from engine.core.checks import checked_ids
 
 DEFAULT_CONTEXT = 8192  # the default context: the file's training context capped at this
 MAX_BATCH = 512  # tokens per llama_decode call (a longer feed is decoded in chunks)
+ABORTED = 2  # llama_decode's status when its abort callback said stop
 
 
 class LlamaCppCache:
-    """One session's llama_context: `length` positions are in its memory; truncate(n) forgets the rest."""
+    """One session's llama_context: `length` positions are in its memory; truncate(n) forgets the rest. The
+    context is made at its first use, `positions` large: the model's context, or less (size_for)."""
 
     def __init__(self, model: "LlamaCppModel"):
-        llama = model.llama
         self.model = model
+        self.positions = model.context_length
+        self.batch_size = min(MAX_BATCH, self.positions)
+        self.length = 0
+        self.ctx = self.batch = self.memory = None  # made by opened()
+        self._made: list = []  # (ctx, batch) once made: what _free frees
+        self._free = weakref.finalize(self, _free_context, model.llama, self._made)
+        model._caches.add(self)
+
+    def size_for(self, positions: int) -> None:
+        """This cache will hold at most `positions` (a text to score): a context not made yet is made that large
+        (a context of 8,192 positions took 0.2-3 s to make here, one of 512 0.01-0.02 s; the scores are the
+        same, bit for bit)."""
+        if self.ctx is None:
+            self.positions = max(1, min(positions, self.model.context_length))
+            self.batch_size = min(MAX_BATCH, self.positions)
+
+    def opened(self):
+        """The llama_context, made now if it is not yet; ValueError once closed (or when llama.cpp cannot)."""
+        if self.ctx is not None:
+            return self.ctx
+        if not self._free.alive:
+            raise ValueError(f"{self.model.name} is closed")
+        llama, model = self.model.llama, self.model
         params = llama.llama_context_default_params()
-        params.n_ctx = model.context_length
-        params.n_batch = params.n_ubatch = min(MAX_BATCH, model.context_length)
+        params.n_ctx = self.positions
+        params.n_batch = params.n_ubatch = self.batch_size
         params.n_seq_max = 1
         params.n_threads = params.n_threads_batch = model.threads
         params.no_perf = True
         library.errors.clear()
         ctx = llama.llama_init_from_model(model.handle, params)
         if not ctx:
-            raise ValueError(f"llama.cpp could not create a context of {model.context_length} positions"
+            raise ValueError(f"llama.cpp could not create a context of {self.positions} positions"
                              f"{_llama_error()}")  # fmt: skip
-        self.ctx = ctx
-        self.batch_size = params.n_batch
+        check = library.abort_check(llama)
+        if check is not None:  # model.stop_work() ends a decode in progress at its next graph node
+            llama.llama_set_abort_callback(ctx, check, ctypes.addressof(model._abort_flag))
         self.batch = llama.llama_batch_init(self.batch_size, 0, 1)
         self.memory = llama.llama_get_memory(ctx)
-        self.length = 0
-        self._free = weakref.finalize(self, _free_context, llama, ctx, self.batch)
-        model._caches.add(self)
+        self._made.append((ctx, self.batch))
+        self.ctx = ctx
+        return ctx
 
     def truncate(self, length: int) -> None:
         if not 0 <= length <= self.length:
             raise ValueError(f"cannot truncate a cache of {self.length} positions to {length}")
-        if self._free.alive and not self.model.llama.llama_memory_seq_rm(self.memory, 0, length, -1):
+        if (
+            self.ctx is not None
+            and self._free.alive
+            and not self.model.llama.llama_memory_seq_rm(self.memory, 0, length, -1)
+        ):
             raise ValueError(f"llama.cpp could not truncate its memory to {length} positions")
         self.length = length
 
     def keep_aside(self, start: int) -> tuple:
         """The sequence's memory as it is (llama.cpp copies a sequence whole), for put_back (LocalContext.rewound)."""
-        llama = self.model.llama
-        size = llama.llama_state_seq_get_size(self.ctx, 0)
+        llama, ctx = self.model.llama, self.opened()
+        size = llama.llama_state_seq_get_size(ctx, 0)
         data = (ctypes.c_uint8 * size)()
-        if llama.llama_state_seq_get_data(self.ctx, data, size, 0) != size:
+        if llama.llama_state_seq_get_data(ctx, data, size, 0) != size:
             raise ValueError(f"llama.cpp could not copy its memory of {self.length} positions{_llama_error()}")
         return self.length, data
 
     def put_back(self, kept: tuple) -> None:
         """The memory kept aside, as it was (whatever was written since)."""
         length, data = kept
-        llama = self.model.llama
+        llama, ctx = self.model.llama, self.opened()
         llama.llama_memory_seq_rm(self.memory, 0, -1, -1)
-        if not llama.llama_state_seq_set_data(self.ctx, data, len(data), 0):
+        if not llama.llama_state_seq_set_data(ctx, data, len(data), 0):
             self.length = 0  # llama.cpp cleared the sequence: the next step reads the text again
             raise ValueError(f"llama.cpp could not put its memory of {length} positions back{_llama_error()}")
         self.length = length
@@ -79,9 +109,10 @@ class LlamaCppCache:
         self._free()
 
 
-def _free_context(llama, ctx, batch) -> None:
-    llama.llama_batch_free(batch)
-    llama.llama_free(ctx)
+def _free_context(llama, made: list) -> None:
+    for ctx, batch in made:
+        llama.llama_batch_free(batch)
+        llama.llama_free(ctx)
 
 
 def _report(progress, done: float, raised: list) -> bool:
@@ -135,6 +166,7 @@ class LlamaCppModel(LocalBackend):
             raise ValueError(f"{path}: llama.cpp cannot load this file (architecture {architecture!r})"
                              f"{_llama_error()}")  # fmt: skip
         self.handle = handle
+        self._abort_flag = ctypes.create_string_buffer(2)  # library.abort_check's: b"\x01" in front stops decoding
         self._caches: weakref.WeakSet = weakref.WeakSet()
         self._grammars: weakref.WeakSet = weakref.WeakSet()
         self._free = weakref.finalize(self, llama.llama_model_free, handle)
@@ -156,7 +188,8 @@ class LlamaCppModel(LocalBackend):
             self.architecture = self._meta("general.architecture")
             self.name = path.stem
             self.source = str(path)
-            self.weights_sha256 = file_sha256(path)
+            # progress hears the hashing too (a file of gigabytes takes seconds): an exception it raises cancels
+            self.weights_sha256 = file_sha256(path, each_block=progress and (lambda: progress(1000, 1000)))
         except BaseException:
             self._free()
             raise
@@ -176,9 +209,10 @@ class LlamaCppModel(LocalBackend):
 
     def forward_cached(self, ids, cache: LlamaCppCache, last_only: bool = False) -> np.ndarray:
         """llama.cpp's scores for ids continuing the cache -> float32 [len(ids), vocab] (or [1, vocab])."""
-        ids = checked_ids(ids, cache.length, self._vocab_size, self._context_length)
+        ids = checked_ids(ids, cache.length, self._vocab_size, cache.positions)
         if not self._free.alive or not cache._free.alive:
             raise ValueError(f"{self.name} is closed")
+        ctx = cache.opened()
         llama, batch, start, total = self.llama, cache.batch, cache.length, len(ids)
         rows = []
         for chunk in range(0, total, cache.batch_size):
@@ -193,17 +227,25 @@ class LlamaCppModel(LocalBackend):
                 batch.logits[i] = wanted[i]
             batch.n_tokens = n
             library.errors.clear()
-            status = llama.llama_decode(cache.ctx, batch)
+            status = llama.llama_decode(ctx, batch)
             if status != 0:
                 llama.llama_memory_seq_rm(cache.memory, 0, start, -1)
+                if status == ABORTED and self.work_stopped:
+                    raise ValueError(f"{self.name} was told to stop its work (stop_work): decoding stopped")
                 raise ValueError(f"llama.cpp could not decode {n} tokens at position {start + chunk} "
                                  f"(status {status}){_llama_error()}")  # fmt: skip
             cache.length = start + chunk + n
             outputs = sum(wanted)
             if outputs:
-                pointer = llama.llama_get_logits(cache.ctx)
+                pointer = llama.llama_get_logits(ctx)
                 rows.append(np.ctypeslib.as_array(pointer, shape=(outputs, self._vocab_size)).copy())
         return rows[0] if len(rows) == 1 else np.concatenate(rows)
+
+    def stop_work(self, stopped: bool = True) -> None:
+        """LocalBackend.stop_work; a decode in progress on any of this model's contexts also ends, at its next
+        node of the graph (llama_decode returns ABORTED)."""
+        super().stop_work(stopped)
+        self._abort_flag[0] = 1 if stopped else 0
 
     def has_grammars(self) -> bool:
         return True
