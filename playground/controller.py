@@ -632,15 +632,16 @@ class Controller(QObject):
                  "recorded one." if not report.identical else "The view shows the replayed run; Step or Generate "
                  "carries on from it.")  # fmt: skip
         notes = " ".join(report.notes)
-        if reloaded:
-            shown = "Step or Generate carries on from it." if report.identical else "The view shows the replayed run."
+        if reloaded:  # another engine or context computes the numbers a little differently: said, not an error
+            stopped = any(note.startswith("replay stopped") for note in report.notes)
             self._set_status(f"Reloaded {self.model.name}; the session is back (replayed on it: {report.summary()}). "
-                             f"{shown} {notes}".strip(), error=not report.identical)  # fmt: skip
+                             f"Step or Generate carries on from it. {notes}".strip(), error=stopped)  # fmt: skip
         else:
             self._set_status(f"Replay: {report.summary()}. {shown} {notes}".strip(), error=not report.identical)
         self.message.emit(report.summary())
 
     def _begin_run(self) -> None:
+        self._set_status("")  # what the last command said (exported, expanded...) is not about this run
         self.skipped_commands.run_begins()
         # the seeds shown stay until the text really changes (a step, a branch): a refused Generate keeps them
         self.window.token_view.select(-1)

@@ -25,7 +25,19 @@ def stop_text(reason: str) -> str:
 
 
 def probability_text(step) -> str:
-    return "p unknown" if step.probability is None else f"p {step.probability:.3f}"
+    """The probability a step was taken with, as a person reads it: 'p 0.286', 'p 3e-05' (not 'p 0.000'); under
+    greedy, the probability of the distribution greedy chose from ('greedy, p 0.521 before it')."""
+    if step.probability is None:
+        return "p unknown"
+    stages = step.candidates.stage_names
+    if len(stages) >= 2 and stages[-1] == "greedy" and step.token_id in step.candidates.token_ids:
+        before = step.candidates.stages[-2][1][step.candidates.token_ids.index(step.token_id)]
+        return f"greedy, p {_p(before)} before it"
+    return f"p {_p(step.probability)}"
+
+
+def _p(p: float) -> str:
+    return f"{p:.3f}" if p >= 0.001 or p == 0 else f"{p:.0e}"
 
 
 class Feed(QObject):

@@ -84,7 +84,9 @@ class MainWindow(QMainWindow):
         self.insert_edit = QLineEdit(objectName="insertTextEdit")
         self.insert_edit.setPlaceholderText("Text to write into the model's output, as if it had said it")
         self.insert_button = QPushButton("Insert", objectName="insertButton")
-        self.insert_button.setToolTip("Append this text as forced tokens, then carry on (Return)")
+        self.insert_button.setToolTip(
+            "Append this text as forced tokens (Return); Step or Generate then carries on from it"
+        )
         self.insert_error = QLabel("", objectName="insertError")
         self.insert_error.setStyleSheet("color: #e74c3c;")
         self.insert_error.setWordWrap(True)  # a long message wraps instead of widening the window

@@ -138,3 +138,31 @@ def test_a_long_status_message_stays_on_one_line(qtbot, window):
     assert window.statusBar().height() == bar and window.minimumSizeHint() == hint
     assert window.size() == QSize(1024, 700)
     assert label.width() <= window.width()
+
+
+def test_the_chart_heading_reads_small_and_greedy_probabilities_right(qtbot, window):
+    step(qtbot, window)  # greedy: the heading gives the probability greedy chose from, not 1.000
+    window.token_view.click_step(0)
+    qtbot.waitUntil(lambda: window.chart.flush() or window.chart.title.text().startswith("Step 1"), timeout=WAIT)
+    title = window.chart.title.text()
+    shown = window.token_view.step(0)
+    before = shown.candidates.stages[-2][1][shown.candidates.token_ids.index(shown.token_id)]
+    assert f"greedy, p {before:.3f} before it" in title and "p 1.000" not in title
+    window.controller.reset()
+    window.controls.temperature.setValue(1.0)
+    step(qtbot, window)
+    window.token_view.select(-1)
+    qtbot.waitUntil(lambda: window.chart.flush() or bool(window.chart.shown()), timeout=WAIT)
+    rare = window.chart.shown()[-1]  # the least likely bar: click it, then read the step's heading
+    wait_idle_after(qtbot, window, lambda: click_bar(qtbot, window, len(window.chart.shown()) - 1))
+    window.token_view.click_step(1)
+    qtbot.waitUntil(lambda: window.chart.flush() or window.chart.title.text().startswith("Step 2"), timeout=WAIT)
+    assert rare[1] < 0.001 and "p 0.000" not in window.chart.title.text(), window.chart.title.text()
+
+
+def test_a_new_run_clears_what_the_last_command_said(qtbot, window, tmp_path):
+    step(qtbot, window)
+    window.export_trace(tmp_path / "t.json")
+    assert window.message_label.text().startswith("Exported")
+    generate(qtbot, window)
+    assert not window.message_label.text().startswith("Exported")
