@@ -6,7 +6,7 @@ from engine.core.checks import UnknownCharacterError
 from engine.core.compare import Comparison, compare
 from engine.core.contract import Backend, Capabilities, Context
 from engine.core.expand import MAX_EXPANSION, ExpandResult
-from engine.core.files import atomic_write_bytes
+from engine.core.files import atomic_write_bytes, end_writes
 from engine.core.inside import InsideView, attention_weights, inside_view, layer_candidates, logit_lens
 from engine.core.replay import ReplayReport, replay, replay_session
 from engine.core.rules import CommandTool, Rule
@@ -28,7 +28,7 @@ from engine.story.model import Config, StoryModel
 __all__ = [
     "DEFAULT_THREADS_RULE", "GREEDY", "LLAMA_CPP_ORDER", "MAX_EXPANSION", "MAX_SEED", "MAX_SEEDS", "MAX_TEMPERATURE", "SAMPLERS", "STAGE_NAMES", "TOP_CANDIDATES", "Backend", "Candidates", "Capabilities", "Comparison",
     "Context", "CommandTool", "Config", "ExpandResult", "ForwardTiming", "FoundModel", "InsideView", "NodeView", "GenerationResult", "ReplayReport", "Rule", "ScoreResult", "SeedRun", "Session",
-    "Settings", "Step", "StoryModel", "UnknownCharacterError", "atomic_write_bytes", "attention_weights", "compare", "default_threads", "generate", "inside_view",
+    "Settings", "Step", "StoryModel", "UnknownCharacterError", "atomic_write_bytes", "attention_weights", "compare", "default_threads", "end_writes", "generate", "inside_view",
     "layer_candidates", "load_model", "load_trace", "logit_lens",
     "next_token_probs", "find_models", "replay", "replay_session", "resources_dir", "save_trace", "score",
     "smollm2_path", "story_measure", "validate_trace", "__version__",

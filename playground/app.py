@@ -41,7 +41,7 @@ def end_now(code: int) -> None:
     worker's thread past closing, and a thread is never killed. Everything is saved (closeEvent wrote the
     settings; no file write is cut: one in progress finishes first, and none starts after), so the process ends
     here, without waiting for that call."""
-    from engine.core.files import end_writes
+    from engine import end_writes
 
     end_writes(WRITES_WAIT_S)
     sys.stdout.flush()
