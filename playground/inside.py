@@ -83,9 +83,10 @@ class LookingInside(QObject):
             self.panel.show_unavailable(text + (SERVER if served else LLAMA_CPP))
 
     def _key(self) -> tuple:
-        """What the tab's numbers depend on: the heads steered, the position selected, and the text."""
+        """What the tab's numbers depend on: the heads steered, the position selected, and the text (its step count
+        and the view's revision: comparing the text itself would cost a join of it on every frame of a run)."""
         view = self.window.token_view
-        return (self.scales, view.selected, view.step_count(), view.whole_text())
+        return (self.scales, view.selected, view.step_count(), view.revision)
 
     def _forget(self, text: str) -> None:
         """Clear the tab (text instead of numbers); a lens layer drawn in the chart gives way to the step."""
@@ -99,7 +100,7 @@ class LookingInside(QObject):
     def _text_changed(self) -> None:
         """The view's steps changed: numbers of the text before go; the tab asks for the text as it is."""
         shown = self.current.key if self.current is not None else self._asked
-        waiting = SELECT if self.window.token_view.whole_text() else EMPTY
+        waiting = SELECT if self.window.token_view.has_text() else EMPTY
         if shown is not None and shown[2:] != self._key()[2:]:
             self._forget(waiting)
         elif shown is None and self.model().capabilities.inside and not self.busy():  # (a run: refresh says so)
@@ -114,7 +115,7 @@ class LookingInside(QObject):
             self._forget(BUSY)
             return
         self.flush()
-        if not self.window.token_view.whole_text():
+        if not self.window.token_view.has_text():
             self._forget(EMPTY)
             return
         key = self._key()

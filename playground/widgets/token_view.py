@@ -135,6 +135,7 @@ class TokenView(QPlainTextEdit):
         self._steps = []
         self._starts: list[int] = []  # document position where each step's text starts
         self._text_parts: list[str] = []  # prompt, then each token: the real text, not the display
+        self.revision = 0  # counts every change of the text shown (a new session, steps appended)
         self._pieces: list[str] = []  # what each step shows (a split character: on its first token)
         self._pending_from: int | None = None  # first step of a character whose last bytes have not come
         self._token_bytes = _raw_bytes
@@ -169,6 +170,7 @@ class TokenView(QPlainTextEdit):
         self.clear()
         self._steps, self._starts, self._pieces, self._selected, self._pending_from = [], [], [], -1, None
         self._text_parts = [prompt]
+        self.revision += 1
         cursor = self._end_cursor()
         cursor.insertText(prompt, QTextCharFormat())
         self.stepsChanged.emit(0)
@@ -178,6 +180,7 @@ class TokenView(QPlainTextEdit):
     def append_steps(self, steps) -> None:
         if not steps:
             return
+        self.revision += 1
         bar = self.verticalScrollBar()
         at_bottom = bar.value() >= bar.maximum() - 4
         cursor = self._end_cursor()
@@ -251,6 +254,10 @@ class TokenView(QPlainTextEdit):
             if size >= length:
                 break
         return "".join(reversed(parts))[-length:]
+
+    def has_text(self) -> bool:
+        """Whether anything is shown (a prompt or a step): whole_text() without building it."""
+        return bool(self._text_parts and (self._text_parts[0] or self._pieces))
 
     def whole_text(self) -> str:
         """The prompt and what the steps show: a character split across tokens whole (text() has the
