@@ -295,13 +295,18 @@ def test_opening_a_trace_shows_its_sampler_settings(qtbot, window, tmp_path):
     assert order(window)[:7] == ["temperature", "top_k", "top_p", "min_p", "penalties", "dry", "logit_bias"]
 
 
+def step_and_show(qtbot, window, stage: str):
+    """One step with the controls as they are, its chart switched to this stage -> the chart."""
+    step(qtbot, window)
+    window.chart.set_stage(stage)
+    window.chart.flush()
+    return window.chart
+
+
 def test_the_chart_says_which_stage_removed_a_candidate(qtbot, window):
     window.controls.temperature.setValue(1.0)
     window.controls.top_k.setValue(3)
-    step(qtbot, window)
-    chart = window.chart
-    chart.set_stage("final")
-    chart.flush()
+    chart = step_and_show(qtbot, window, "final")
     assert chart.removed_rows() == list(range(3, 20))
     values = chart.value_texts()
     assert values[3] == "removed by top-k" and values[19] == "removed by top-k" and values[0] != "removed by top-k"
@@ -320,10 +325,7 @@ def test_under_greedy_the_chart_shows_what_each_stage_did_and_what_greedy_chose_
     orange; top-k's own stage shows its two tokens; the hover names the stage that removed each."""
     assert window.controls.settings()["temperature"] == 0
     window.controls.top_k.setValue(2)
-    step(qtbot, window)
-    chart = window.chart
-    chart.set_stage("final")
-    chart.flush()
+    chart = step_and_show(qtbot, window, "final")
     assert chart.removed_rows() == list(range(2, 20))
     assert chart.stages() == ("raw", "temperature", "top_k", "top_p", "min_p", "final")
     assert chart.stage_buttons.button(5).text() == "final (greedy)"
