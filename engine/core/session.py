@@ -242,13 +242,8 @@ class Session:
         """The session as a rewind to its first `keep` steps would leave it (_cut's arithmetic; nothing changes)."""
         if keep == len(self.steps):
             return Standing(self.text, self.settings, self._rng.getstate(), self._healing, self.stopped)
-        epochs = list(self._epochs)
-        while epochs[-1].start > keep:  # settings changed after that point
-            epochs.pop()
-        epoch, draws = epochs[-1], self._draws_before[keep]
-        stream = random.Random(epoch.settings.seed)
-        for _ in range(draws - epoch.draws_before):
-            stream.random()
+        epoch = next(e for e in reversed(self._epochs) if e.start <= keep)  # as _cut keeps them
+        stream = epoch.stream(self._draws_before[keep])
         ids = self.ids[: len(self.prompt_ids) + keep]
         stopped = None
         if keep and ids[-1] in self.model.end_token_ids:
@@ -525,9 +520,7 @@ class Session:
         """Make `epoch` current with `draws` draws taken in all: its settings, and its random stream
         advanced past the draws its own steps took (~0.1 us each)."""
         self.settings = epoch.settings
-        self._rng, self._draws = random.Random(epoch.settings.seed), draws
-        for _ in range(draws - epoch.draws_before):
-            self._rng.random()
+        self._rng, self._draws = epoch.stream(draws), draws
 
     def _append(self, steps: list[Step]) -> list[Step]:
         draws = self._draws  # a sampled step counts its own draw once it exists (in _sample)
@@ -704,6 +697,13 @@ class Epoch:
     start: int  # the first step these settings apply to
     settings: Settings
     draws_before: int  # random draws taken before it (its own stream starts at Random(settings.seed))
+
+    def stream(self, draws: int) -> random.Random:
+        """Its random stream with `draws` draws taken in all (those before it are not its own: ~0.1 us each)."""
+        stream = random.Random(self.settings.seed)
+        for _ in range(draws - self.draws_before):
+            stream.random()
+        return stream
 
 
 @dataclass(frozen=True)
