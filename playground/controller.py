@@ -547,8 +547,11 @@ class Controller(QObject):
         """What the stop label says of the session as it is now (not as the last run left it: a failed run, or a
         token forced after the end, changes that)."""
         if view.generating:
-            return "Expanding the tree..." if self.branches.expanding else "Generating..."
+            return self._busy_label()
         return f"Stopped: {stop_text(view.stopped)}" if view.stopped else ""
+
+    def _busy_label(self) -> str:
+        return "Expanding the tree..." if self.branches.expanding else "Generating..."
 
     def _on_redraw(self, prompt: str, steps) -> None:
         if self.known.discarding:
@@ -606,7 +609,7 @@ class Controller(QObject):
         self.window.controls.set_running(busy, can_start=self.check_prompt() if not busy else False)
         self.window.continue_button.setEnabled(False)
         if busy:
-            self.window.stop_reason.setText("Expanding the tree..." if self.branches.expanding else "Generating...")
+            self.window.stop_reason.setText(self._busy_label())
         else:
             self.idle.emit()
 
