@@ -80,6 +80,7 @@ class Branches(QObject):
         self._greedy_chain = not params["raw"] and settings.get("temperature") == 0
         self.panel.controls.set_expanding(True)
         self.status("Expanding the tree... (Cancel or Stop keeps the levels finished)")
+        self.window.stop_reason.setText("Expanding the tree...")  # now, not when the worker's busy signal comes
         self.expandRequested.emit({"node": node_id, "params": dict(params), "settings": settings})
 
     def _edit(self, signal, *args) -> bool:
