@@ -29,6 +29,7 @@ from .controller import Controller
 from .errors import ExceptionHook
 from .model_picker import example_prompt
 from .recovery import RecoveryBanner
+from .remembered import RememberedReader, notes_text, prompt_to_remember, quoted
 from .run_speed import runtime_text
 from .widgets.chart import DistributionChart
 from .widgets.comparison_panel import ComparisonPanel
@@ -307,24 +308,29 @@ class MainWindow(QMainWindow):
 
     # --- remembered across launches ----------------------------------------------------------------------
     def _restore(self) -> None:
-        default = example_prompt(self.model)
-        self.controls.prompt.setPlainText(str(self.prefs.value(f"prompt/{self.model.name}", default)))
-        tab = str(self.prefs.value("sideTab", 0))
-        self.side_tabs.setCurrentIndex(int(tab) if tab.isdigit() and int(tab) < self.side_tabs.count() else 0)
-        self.restore_settings(self.model)
-        self.chart.set_stage(str(self.prefs.value("stage", "final")))
-        mode = str(self.prefs.value("colourBy", COLOUR_MODES[0]))
-        self.set_colour_mode(mode if mode in COLOUR_MODES else COLOUR_MODES[0])
+        """What was remembered, read defensively (remembered.py): a value the window cannot show starts from its
+        default, and the status bar says which and why."""
+        read = RememberedReader(self.prefs)
+        self.controls.prompt.setPlainText(read.prompt(f"prompt/{self.model.name}", example_prompt(self.model)))
+        self.side_tabs.setCurrentIndex(read.index("sideTab", self.side_tabs.count(), "side tab"))
+        read.notes += self.restore_settings(self.model, notes=read.notes)
+        self.chart.set_stage(read.choice("stage", self.chart.stages(), "final", "chart stage"))
+        self.set_colour_mode(read.choice("colourBy", COLOUR_MODES, COLOUR_MODES[0], "colour by"))
         self.legend.setText(legend_html(self.token_view.colour_mode()))
         rank_by = self.uncertainty_strip.rank_by
-        rank_by.setCurrentIndex(max(0, rank_by.findText(str(self.prefs.value("leastConfidentBy", "surprisal")))))
+        ranks = [rank_by.itemText(index) for index in range(rank_by.count())]
+        rank_by.setCurrentText(read.choice("leastConfidentBy", ranks, "surprisal", "least confident by"))
+        if read.notes:
+            self.message_label.setText(notes_text(read.notes))
 
-    def restore_settings(self, model, or_last_used: bool = True) -> None:
+    def restore_settings(self, model, or_last_used: bool = True, notes: list | None = None) -> list[str]:
         """The settings last used with this model (each model has its own: a Max new of 200 on SmolLM2 is not
         the 64 the story model's context allows). A model never used keeps what the controls show (or_last_used:
-        the settings used last, with whichever model, as at start)."""
+        the settings used last, with whichever model, as at start). -> what the controls could not show (a
+        grammar on a model that takes none); notes hears the remembered values left out."""
         if or_last_used or self.prefs.value(f"settings/{model.name}", None) is not None:
-            self.controls.set_settings(self._saved_settings(model))
+            return self.controls.set_settings(self._saved_settings(model, [] if notes is None else notes))
+        return []
 
     def remember_settings(self, model) -> None:
         """The controls' settings as this model's own (before another model's ranges clamp them)."""
@@ -332,17 +338,21 @@ class MainWindow(QMainWindow):
         self.prefs.setValue(f"settings/{model.name}", settings)
         self.prefs.setValue("settings", settings)
 
-    def _saved_settings(self, model) -> dict:
+    def _saved_settings(self, model, notes: list) -> dict:
         """The remembered settings the engine accepts. Prefs are a file a person can edit, and an older or
         newer version may have written them: a value the engine refuses, or a setting it does not know, is
-        left out (the control keeps its default), the others are kept."""
+        left out (the control keeps its default, and notes hears why), the others are kept."""
         defaults = {"max_new_tokens": min(60, model.context_length), "temperature": 0.0, "seed": 0}
-        text = self.prefs.value(f"settings/{model.name}", None)
+        key = f"settings/{model.name}" if self.prefs.value(f"settings/{model.name}", None) is not None else "settings"
+        text = self.prefs.value(key, None)
         try:
-            saved = json.loads(str(self.prefs.value("settings", "") if text is None else text))
+            saved = json.loads(text) if isinstance(text, str) else text
         except (ValueError, RecursionError):
+            saved = text
+        if saved is None:
             return defaults
         if not isinstance(saved, dict):
+            notes.append(f"settings {quoted(text)} (not a JSON object of settings)")
             return defaults
         try:
             return engine.Settings(**saved).to_dict()
@@ -352,13 +362,15 @@ class MainWindow(QMainWindow):
         for name, value in saved.items():  # one by one: each value that the engine takes with those before it
             try:
                 engine.Settings(**{**kept, name: value})
-            except (ValueError, TypeError, RecursionError):
+            except (ValueError, TypeError, RecursionError) as error:
+                why = "not a setting" if isinstance(error, TypeError) else str(error)
+                notes.append(f"setting {quoted(name)} = {quoted(value)} ({why})")
                 continue
             kept[name] = value
         return dict(defaults, **kept)
 
     def remember(self) -> None:
-        self.prefs.setValue(f"prompt/{self.model.name}", self.controls.prompt.toPlainText())
+        self.prefs.setValue(f"prompt/{self.model.name}", prompt_to_remember(self.controls.prompt.toPlainText()))
         self.remember_settings(self.model)
         self.prefs.setValue("stage", self.chart.stage())
         self.prefs.setValue("sideTab", self.side_tabs.currentIndex())

@@ -41,6 +41,7 @@ MAX_LAST_N = 1_000_000  # tokens the penalties and DRY look back (-1: the whole 
 SPIN_WIDTH = 64  # the narrowest a spin box gets ("0.10", "all", "off" and the arrows)
 STAGE_MIME = "application/x-token-playground-stage"
 ERROR_COLOR = "#e74c3c"
+GRAMMAR_SHOWN = 40  # characters of a grammar the report of what the controls cannot show quotes
 BAN_WORDS = ("ban", "-inf", "-infinity")
 # what the controls report of a setting they cannot show exactly ("repeat penalty 500 shown as 100")
 LABELS = {"repeat_penalty": "repeat penalty", "presence_penalty": "presence penalty",
@@ -586,10 +587,18 @@ def _shown_text(panel: SamplerPanel, name: str, value) -> str:
         return repr(bias_text(_bias_pairs(value)) or "none")
     if name == "dry_sequence_breakers":
         return repr(breakers_text(value))
-    if value is None:
+    if value is None or value is False:
         return "off"
+    if name == "grammar":  # a grammar can be long: its start and size
+        return f"{_cut(value, GRAMMAR_SHOWN)!r} ({len(value):,} characters)" if isinstance(value, str) else "on"
+    if name not in panel.spins:  # token healing
+        return "on"
     word = panel.spins[name].specials.get(value)
     return word if word is not None else f"{value:g}" if isinstance(value, (int, float)) else repr(value)
+
+
+def _cut(text: str, length: int) -> str:
+    return text if len(text) <= length else text[: length - 1] + "…"
 
 
 def _heading(text: str, top: bool) -> QLabel:
