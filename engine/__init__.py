@@ -1,6 +1,6 @@
 """Token Playground's engine: numpy models, sampling and the generation loop. Imports no Qt."""
 
-from engine.backends.llamacpp.threads import DEFAULT_THREADS_RULE, default_threads
+from engine.backends.llamacpp.threads import DEFAULT_THREADS_RULE, check_threads, default_threads, max_threads
 from engine.core import __version__
 from engine.core.checks import UnknownCharacterError
 from engine.core.compare import Comparison, compare
@@ -28,8 +28,8 @@ from engine.story.model import Config, StoryModel
 __all__ = [
     "DEFAULT_THREADS_RULE", "GREEDY", "LLAMA_CPP_ORDER", "MAX_EXPANSION", "MAX_SEED", "MAX_SEEDS", "MAX_TEMPERATURE", "SAMPLERS", "STAGE_NAMES", "TOP_CANDIDATES", "Backend", "Candidates", "Capabilities", "Comparison",
     "Context", "CommandTool", "Config", "ExpandResult", "ForwardTiming", "FoundModel", "InsideView", "NodeView", "GenerationResult", "ReplayReport", "Rule", "ScoreResult", "SeedRun", "Session",
-    "Settings", "Step", "StoryModel", "UnknownCharacterError", "atomic_write_bytes", "attention_weights", "compare", "default_threads", "end_writes", "generate", "inside_view",
-    "layer_candidates", "load_model", "load_trace", "logit_lens",
+    "Settings", "Step", "StoryModel", "UnknownCharacterError", "atomic_write_bytes", "attention_weights", "check_threads", "compare", "default_threads", "end_writes", "generate", "inside_view",
+    "layer_candidates", "load_model", "load_trace", "logit_lens", "max_threads",
     "next_token_probs", "find_models", "replay", "replay_session", "resources_dir", "save_trace", "score",
     "smollm2_path", "story_measure", "validate_trace", "__version__",
 ]  # fmt: skip

@@ -482,7 +482,7 @@ class Controller(QObject):
         self.findModels.emit(self.picker.prefs.recent())  # the file just opened is now a recent one
         self.check_prompt()
         vocab = f"{model.vocab_size:,} tokens" if model.vocab_size else "the server's tokenizer"
-        self._set_status(f"{model.name}: {vocab}, {model.context_length:,} positions")
+        self._set_status(f"{model.name}: {vocab}, {model.context_length:,} positions{self.picker.take_note()}")
         self.modelChanged.emit(model)
         if self._kept_trace is not None:  # a reload: the session goes back on, replayed
             trace, self._kept_trace = self._kept_trace, None

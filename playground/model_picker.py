@@ -71,6 +71,7 @@ class ModelPicker(QObject):
         self.loading_format = self.progress.format()
         self.prefs = ModelPrefs(window.prefs)
         self.busy = busy  # while a run goes on, the model stays
+        self.note = ""  # remembered options of the file being opened that the engine would refuse (request())
         self.current: tuple[str | None, str | None] = (None, None)  # the model in use: (source, backend)
         self.current_name = ""
         self.found: list = []  # engine.FoundModel, from the worker's discovery
@@ -165,6 +166,7 @@ class ModelPicker(QObject):
     def request_for(self, entry: Entry) -> dict | None:
         """The load request a line makes, asking for a server's URL, a file, or a file's settings where it
         needs one; None when the person cancels."""
+        self.note = ""
         if entry.source == CONNECT:
             url, ok = QInputDialog.getText(self.window, "Connect to a server",
                                            "OpenAI-compatible server (vLLM, llama-server, llama-cpp-python):",
@@ -183,10 +185,17 @@ class ModelPicker(QObject):
     def request(self, path: str, backend: str) -> dict:
         """Open this file with this engine, and the options remembered for it (llama.cpp's own only for it)."""
         options = {**self.prefs.options(path), "backend": backend}
+        refused = self.prefs.refused(path, backend)  # the engine's defaults instead: said once the model is in
+        self.note = f" (remembered for it but refused, the defaults used: {'; '.join(refused)})" if refused else ""
         if backend != "llama.cpp":
             options.pop("threads", None)
             options.pop("gpu_layers", None)
         return {"source": path, **options}
+
+    def take_note(self) -> str:
+        """What the last request left out of the file's remembered options (once), or ""."""
+        note, self.note = self.note, ""
+        return note
 
     def open_file(self, path: str) -> None:
         request = self.file_request(path)

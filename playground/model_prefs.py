@@ -6,6 +6,10 @@ import json
 
 from PySide6.QtCore import QSettings
 
+from engine import check_threads
+
+from .remembered import quoted
+
 BACKENDS = ("llama.cpp", "numpy")
 MAX_RECENT = 10
 _SETTINGS_KEY, _RECENT_KEY = "model_settings", "recent_models"
@@ -14,17 +18,42 @@ _SETTINGS_KEY, _RECENT_KEY = "model_settings", "recent_models"
 def checked_options(options: dict) -> dict:
     """The load options engine.load_model takes from a remembered entry: backend, context_length, threads,
     gpu_layers; anything else, or of the wrong kind, is left out (so the engine's default applies)."""
-    checks = {
-        "backend": lambda v: v in BACKENDS,
-        "context_length": lambda v: _whole(v) and v >= 1,
-        "threads": lambda v: _whole(v) and v >= 1,
-        "gpu_layers": lambda v: _whole(v) and v >= -1,
-    }
-    return {key: value for key, value in options.items() if key in checks and checks[key](value)}
+    return {key: value for key, value in options.items() if key in _CHECKS and _problem(key, value) is None}
+
+
+def refused_options(options: dict) -> list[str]:
+    """What checked_options leaves out of the options it knows, and why ("CPU threads 100000 (threads must...)")."""
+    return [f"{_LABELS[key]} {quoted(value)} ({_problem(key, value)})" for key, value in options.items()
+            if key in _CHECKS and _problem(key, value) is not None]  # fmt: skip
+
+
+def _problem(key: str, value) -> str | None:
+    try:
+        _CHECKS[key](value)
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+def _check(test, allowed: str):
+    def check(value) -> None:
+        if not test(value):
+            raise ValueError(f"not {allowed}")
+
+    return check
 
 
 def _whole(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+_CHECKS = {
+    "backend": _check(lambda v: v in BACKENDS, f"one of {', '.join(BACKENDS)}"),
+    "context_length": _check(lambda v: _whole(v) and v >= 1, "a whole number of at least 1"),
+    "threads": check_threads,  # the engine's own limits: 1 to the CPUs (more crashed llama.cpp)
+    "gpu_layers": _check(lambda v: _whole(v) and v >= -1, "a whole number of at least -1"),
+}
+_LABELS = {"backend": "engine", "context_length": "context size", "threads": "CPU threads", "gpu_layers": "GPU layers"}
 
 
 class ModelPrefs:
@@ -33,8 +62,18 @@ class ModelPrefs:
 
     def options(self, path: str) -> dict:
         """The load options remembered for this file ({} when none)."""
+        return checked_options(self._entry(path))
+
+    def refused(self, path: str, backend: str) -> list[str]:
+        """The options remembered for this file that the engine would refuse with this backend (options() leaves
+        them out; the backend asked for is used, and threads and GPU layers are llama.cpp's alone)."""
+        used = ("context_length", "threads", "gpu_layers") if backend == "llama.cpp" else ("context_length",)
+        entry = {key: value for key, value in self._entry(path).items() if key in used}
+        return refused_options(entry)
+
+    def _entry(self, path: str) -> dict:
         entry = self._read(_SETTINGS_KEY, dict).get(path, {})
-        return checked_options(entry) if isinstance(entry, dict) else {}
+        return entry if isinstance(entry, dict) else {}
 
     def remember(self, path: str, options: dict) -> None:
         """Remember these load options for this file (None values: the engine's defaults)."""
@@ -51,8 +90,9 @@ class ModelPrefs:
         self.prefs.setValue(_RECENT_KEY, json.dumps(recent))
 
     def _read(self, key: str, kind: type):
+        text = self.prefs.value(key, "")
         try:
-            value = json.loads(str(self.prefs.value(key, "")))
-        except ValueError:
+            value = json.loads(text) if isinstance(text, str) else None  # a list (an ini value with commas): none
+        except (ValueError, RecursionError):
             return kind()
         return value if isinstance(value, kind) else kind()

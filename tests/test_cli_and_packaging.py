@@ -50,7 +50,7 @@ def test_cli_picks_a_model_and_renders_its_chat_template():
         assert result.returncode == 0, result.stderr
         assert "<|im_start|>user\nName a large animal.<|im_end|>\n<|im_start|>assistant\n" in result.stdout
     result = run("-m", "engine", "generate", "Hi", "--model", "smollm2", "--threads", "0")
-    assert result.returncode == 2 and "threads must be a positive whole number, got 0" in result.stderr
+    assert result.returncode == 2 and "threads must be a whole number from 1 to" in result.stderr
     result = run("-m", "engine", "generate", "Hi", "--model", "smollm2", "--backend", "numpy", "--threads", "2")
     assert result.returncode == 2 and "threads and gpu_layers are settings of the llama.cpp backend" in result.stderr
     result = run("-m", "engine", "generate", "mia has a red ball.", "--chat")

@@ -6,9 +6,11 @@ import os
 import subprocess
 import sys
 
+import pytest
 from PySide6.QtCore import QSettings
 from test_window import step
 
+import engine
 from playground import MainWindow
 from playground.remembered import MAX_REMEMBERED_PROMPT
 
@@ -131,3 +133,30 @@ def test_good_preferences_are_shown_without_a_note(qtbot, story_model, prefs):
     assert win.chart.stage() == "raw" and win.colour_by.currentText() == "entropy"
     assert win.uncertainty_strip.rank_by.currentText() == "entropy"
     win.close()
+
+
+def test_cpu_threads_remembered_beyond_the_cpus_open_smollm2_with_the_default_and_say_so(qtbot, window, prefs):
+    pytest.importorskip("llama_cpp")
+    path = str(engine.smollm2_path())
+    remembered = {"backend": "llama.cpp", "threads": 100_000, "context_length": 256}  # 100,000: SIGSEGV at a step
+    prefs.setValue("model_settings", json.dumps({path: remembered}))
+    request = window.controller.picker.request(path, "llama.cpp")  # what picking the file in the list asks
+    assert request == {"source": path, "backend": "llama.cpp", "context_length": 256}  # no threads: the default
+    with qtbot.waitSignal(window.controller.modelChanged, timeout=60_000):
+        window.controller.open_model(request)
+    assert window.model.threads == engine.default_threads()
+    status = window.message_label.text()
+    assert "remembered for it but refused, the defaults used: CPU threads 100000 (threads must be a whole number " \
+           f"from 1 to {engine.max_threads()}" in status  # fmt: skip
+    step(qtbot, window)  # and it runs
+    assert window.token_view.step_count() == 1
+
+
+def test_the_settings_dialog_offers_the_threads_the_engine_takes(qtbot, prefs):
+    from playground.widgets.model_settings import ModelSettingsDialog
+
+    pytest.importorskip("llama_cpp")
+    dialog = ModelSettingsDialog(engine.FoundModel.at(engine.smollm2_path()), {"threads": 100_000})
+    qtbot.addWidget(dialog)
+    assert dialog.threads.maximum() == engine.max_threads()  # was 512 on a 2-core machine
+    assert dialog.threads.value() == engine.max_threads()  # a value past it is shown as the most it takes

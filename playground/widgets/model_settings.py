@@ -3,7 +3,7 @@ It only lays the fields out; values() gives what engine.load_model takes (None: 
 
 from PySide6.QtWidgets import QComboBox, QDialog, QDialogButtonBox, QFormLayout, QLabel, QSpinBox, QVBoxLayout
 
-from engine import DEFAULT_THREADS_RULE, default_threads
+from engine import DEFAULT_THREADS_RULE, default_threads, max_threads
 
 BACKEND_LABELS = {"llama.cpp": "llama.cpp (in process)", "numpy": "numpy (reference engine)"}
 THREADS_TIP = (
@@ -36,8 +36,8 @@ class ModelSettingsDialog(QDialog):
                                "engine reads llama and qwen2 files in float32, every step in plain numpy")  # fmt: skip
         self.context = _spin("contextSize", 0, MAX_CONTEXT, "the file's own (llama.cpp: at most 8,192)",
                              "positions the model can see (the prompt and what it writes)")  # fmt: skip
-        self.threads = _spin("cpuThreads", 0, 512, f"default: {default_threads()} ({DEFAULT_THREADS_RULE})",
-                             THREADS_TIP)  # fmt: skip
+        threads_default = f"default: {default_threads()} ({DEFAULT_THREADS_RULE})"
+        self.threads = _spin("cpuThreads", 0, max_threads(), threads_default, THREADS_TIP)  # the engine's limits
         self.gpu_layers = _spin(
             "gpuLayers",
             -1,

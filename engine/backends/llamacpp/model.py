@@ -16,7 +16,7 @@ import numpy as np
 from engine.backends.gguf.header import check_gguf_file, gguf_architecture
 from engine.backends.gguf.reader import file_sha256
 from engine.backends.llamacpp import library
-from engine.backends.llamacpp.threads import default_threads
+from engine.backends.llamacpp.threads import check_threads, default_threads
 from engine.backends.llamacpp.tokenizer import LlamaCppTokenizer
 from engine.backends.local import LocalBackend
 from engine.core.checks import checked_ids
@@ -139,8 +139,7 @@ class LlamaCppModel(LocalBackend):
         path = Path(path)
         if threads is None:
             threads = default_threads()  # not the core count: threads.py says why
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads <= 0:
-            raise ValueError(f"threads must be a positive whole number, got {threads!r}")
+        check_threads(threads)  # 1 to the CPUs: more overran ggml (SIGSEGV) or spun for minutes
         if isinstance(gpu_layers, bool) or not isinstance(gpu_layers, int) or gpu_layers < -1:
             raise ValueError(f"gpu_layers must be a whole number >= -1 (-1: all), got {gpu_layers!r}")
         if context_length is not None and (

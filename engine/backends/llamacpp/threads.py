@@ -19,6 +19,32 @@ on 2 cores). Machines with more cores were not measured here.
 import os
 from pathlib import Path
 
+GGML_MAX_THREADS = 512  # ggml's GGML_MAX_N_THREADS: a count above it overran ggml's arrays (100,000: SIGSEGV)
+
+
+def logical_cpus() -> int:
+    """The logical CPUs this process may run on (its affinity; all of the machine's if unknown)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def max_threads() -> int:
+    """The most CPU threads llama.cpp is given (the model settings dialog's maximum too): the logical CPUs this
+    process may use, at most ggml's 512. ggml's threads spin while they wait for each other, so threads beyond
+    the CPUs only slow every step (5,000 threads on 2 cores: 95 s for 3 tokens)."""
+    return min(logical_cpus(), GGML_MAX_THREADS)
+
+
+def check_threads(threads) -> int:
+    """threads itself if llama.cpp may be given it; else a ValueError saying what is allowed."""
+    high = max_threads()
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= high:
+        raise ValueError(f"threads must be a whole number from 1 to {high} (the logical CPUs this process may "
+                         f"use, at most ggml's {GGML_MAX_THREADS}), got {threads!r}")  # fmt: skip
+    return threads
+
 
 def physical_cores() -> int:
     """Physical cores this process may use (llama.cpp's own default thread count); logical CPUs if unknown."""
