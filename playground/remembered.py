@@ -5,9 +5,10 @@ default, and a note says which preference was reset and why (the status bar show
 QSettings hands back whatever the file holds: a str, a list (an ini value with commas), bytes (@ByteArray),
 None (@Invalid), any other variant. Only a str is read as text here."""
 
-# The prompt remembered per model is cut to this many characters. A long prompt is laid out by the prompt box
-# as the window starts: one line of 100,000 characters took 3.4 s, 2 MB 295 s; 20,000 keeps the start within
-# ~0.3 s of an empty prompt's (bench/prefs_start.py). More than the story model reads, ~5,000 SmolLM2 tokens.
+# The prompt remembered per model is cut to this many characters. The prompt box lays a long line out in one piece as
+# the window starts, and that grows faster than the line: a start took 0.29 s with no prompt, 0.39 s with one line
+# of 20,000 characters, 0.67 s with 50,000, 2.0 s with 100,000 (bench/prefs_start.py, medians), 295 s with 2 MB.
+# 20,000 is more than the story model reads, and ~5,000 SmolLM2 tokens of English.
 MAX_REMEMBERED_PROMPT = 20_000
 SHOWN = 40  # characters of a bad value that a note quotes
 
@@ -86,4 +87,4 @@ def quoted(value) -> str:
 
 def notes_text(notes: list[str]) -> str:
     """The status bar's message at start: which preferences start from their defaults, and why."""
-    return "Preferences reset to their defaults: " + "; ".join(notes) if notes else ""
+    return "Preferences reset (the window cannot show them as remembered): " + "; ".join(notes) if notes else ""

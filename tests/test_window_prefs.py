@@ -54,7 +54,7 @@ def test_a_grammar_remembered_from_a_llamacpp_model_does_not_stop_the_app_starti
     started = start_app(tmp_path, settings=json.dumps({"temperature": 0.5, "grammar": GRAMMAR}))
     assert started.returncode == 0, started.stderr[-3000:]  # was 134: KeyError 'grammar' in MainWindow.__init__
     status = started.stdout.split("STATUS:", 1)[1]
-    assert "Preferences reset to their defaults" in status and "grammar 'root ::=" in status
+    assert "Preferences reset (the window cannot show them as remembered): " in status and "grammar 'root ::=" in status
     assert "shown as off" in status
 
 
@@ -109,7 +109,7 @@ def test_each_preference_the_window_cannot_show_starts_from_its_default_and_is_n
     win = MainWindow(model=story_model, settings=prefs)  # sideTab "²" raised ValueError: int("²")
     qtbot.addWidget(win)
     status = win.message_label.text()
-    assert status.startswith("Preferences reset to their defaults: ")
+    assert status.startswith("Preferences reset (the window cannot show them as remembered): ")
     for named in ("side tab '²' (not a number from 0 to 4)", "chart stage 'nowhere'", "colour by ['a', 'b'] (not text)",
                   "least confident by 'gut feeling'", "prompt 12 (not text)", "setting 'temperature' = -3 (temperature",
                   "setting 'nonsense' = 1 (not a setting)"):  # fmt: skip
