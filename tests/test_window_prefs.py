@@ -160,3 +160,14 @@ def test_the_settings_dialog_offers_the_threads_the_engine_takes(qtbot, prefs):
     qtbot.addWidget(dialog)
     assert dialog.threads.maximum() == engine.max_threads()  # was 512 on a 2-core machine
     assert dialog.threads.value() == engine.max_threads()  # a value past it is shown as the most it takes
+
+
+def test_deeply_nested_model_preferences_start_with_none_remembered(qtbot, story_model, prefs):
+    from playground.model_prefs import ModelPrefs
+
+    prefs.setValue("recent_models", "[" * 100_000)  # raised RecursionError in MainWindow.__init__
+    prefs.setValue("model_settings", '{"a":' * 100_000)
+    win = MainWindow(model=story_model, settings=prefs)
+    qtbot.addWidget(win)
+    assert ModelPrefs(prefs).recent() == [] and ModelPrefs(prefs).options("a") == {}
+    win.close()
