@@ -223,6 +223,7 @@ class ModelPicker(QObject):
     def ask_settings(self, found, backend: str | None = None) -> dict | None:
         """The settings dialog for this file; OK remembers them and gives the request that loads it with them."""
         path = str(found.path)
+        self.note = ""  # the dialog shows what the engine takes: nothing refused is left to say
         remembered = self.prefs.options(path)
         dialog = ModelSettingsDialog(found, {**remembered, **({"backend": backend} if backend else {})}, self.window)
         if dialog.exec() != QDialog.DialogCode.Accepted:
