@@ -130,6 +130,8 @@ def read_header(path, tensors: bool = True, stop_after: str | None = None) -> GG
         cursor.count(n_keys, "the metadata", least=13, cap=MAX_KEYS)  # key length 8, type 4, a 1-byte value
         for index in range(n_keys):
             key = cursor.string(f"metadata key {index}")
+            if key in header.fields:  # llama.cpp refuses it too; a header of zeros repeats "" at once
+                raise ValueError(f"metadata key {key!r} is there twice")
             kind = cursor.unpack("<I", f"{key}'s type")
             header.fields[key], header.types[key] = _value(cursor, kind, key)
             if key == stop_after:
@@ -138,6 +140,8 @@ def read_header(path, tensors: bool = True, stop_after: str | None = None) -> GG
             cursor.count(n_tensors, "the tensor list", least=24, cap=MAX_TENSORS)  # name 8, dims 4, type 4, offset 8
             for index in range(n_tensors):
                 name, dims, kind, offset = _tensor(cursor, index)
+                if name in header.tensors:
+                    raise ValueError(f"tensor {name!r} is listed twice")
                 header.tensors[name] = (dims, kind, offset)
         return header
 

@@ -24,7 +24,7 @@ def check_for_llamacpp(path) -> None:
     """ValueError "<path>: <what is wrong>" for a file llama.cpp would abort on, or one whose header breaks
     the reader's bounds; OSError when it cannot be read."""
     try:
-        check_fields(read_header(path, tensors=False).fields)
+        check_fields(read_header(path).fields)
     except ValueError as error:
         raise ValueError(f"{path}: {error}") from None
 
@@ -33,7 +33,7 @@ def llamacpp_refusal(path: Path) -> str | None:
     """Why llama.cpp must not open this file (check_for_llamacpp's message without the path), None when its
     header passes; discovery's question, so it never raises."""
     try:
-        check_fields(read_header(path, tensors=False).fields)
+        check_fields(read_header(path).fields)
     except ValueError as error:
         return str(error)
     except OSError as error:

