@@ -158,6 +158,7 @@ def test_a_file_llamacpp_crashes_on_is_refused_after_its_probe_and_the_app_lives
     (verdict,) = json.loads(probe_store(cache_dir).read_text())["files"].values()
     assert verdict["ok"] is False and verdict["hung"] is False
     monkeypatch.setattr(checks, "check_fields", lambda fields: None)  # discovery knows the crash, not the cause
+    monkeypatch.setattr(checks, "_PASSED", set())
     (found,) = engine.find_models(hf_cache=tmp_path / "none", lmstudio_dirs=[tmp_path], ollama_dir=tmp_path / "none",
                                   packages=False, recent=[path])  # fmt: skip
     assert found.refused.startswith("llama.cpp crashed on this file") and found.backends == ("numpy",)

@@ -7,6 +7,7 @@ to it: its own message says why. What no check here foresees is caught by probe.
 a separate process first.
 """
 
+import os
 from pathlib import Path
 
 from engine.backends.gguf import checks as gguf_checks
@@ -20,22 +21,33 @@ MAX_CONTEXT = (1 << 31) - 1  # llama.cpp keeps the trained context in an int32: 
 _NUMBERS = ("attention.layer_norm_rms_epsilon", "attention.layer_norm_epsilon", "rope.freq_base")
 
 
+_PASSED: set = set()  # (path, size, mtime_ns) of files whose header passed: discovery's, then the load's
+_MAX_PASSED = 512
+
+
 def check_for_llamacpp(path) -> None:
     """ValueError "<path>: <what is wrong>" for a file llama.cpp would abort on, or one whose header breaks
-    the reader's bounds; OSError when it cannot be read."""
+    the reader's bounds; OSError when it cannot be read. A file that passed is not read again until it changes."""
+    stat = os.stat(path)
+    version = (str(path), stat.st_size, stat.st_mtime_ns)
+    if version in _PASSED:
+        return
     try:
         check_fields(read_header(path).fields)
     except ValueError as error:
         raise ValueError(f"{path}: {error}") from None
+    if len(_PASSED) >= _MAX_PASSED:
+        _PASSED.clear()
+    _PASSED.add(version)
 
 
 def llamacpp_refusal(path: Path) -> str | None:
     """Why llama.cpp must not open this file (check_for_llamacpp's message without the path), None when its
     header passes; discovery's question, so it never raises."""
     try:
-        check_fields(read_header(path).fields)
+        check_for_llamacpp(path)
     except ValueError as error:
-        return str(error)
+        return str(error).removeprefix(f"{path}: ")
     except OSError as error:
         return f"it cannot be read ({error.strerror or error})"
     return None
