@@ -1,8 +1,9 @@
 """A GGUF file llama.cpp has not opened before is tried first in a separate process, so that what no check
 foresaw (checks.py) still cannot take the app down: llama.cpp aborts the process on many a broken file.
 
-The child loads the file, makes a small context, spells a text with characters from outside ASCII and its
-control tokens' neighbours into tokens, decodes two of them and spells them back, then prints one JSON line.
+The child (probe_child.py) makes the C calls the app makes to load the file and take a first step (a tiny
+context, a text with non-ASCII characters tokenized, two tokens decoded and spelled back) and prints one
+JSON line.
 It crashed (a signal, an exit code) or hung (past a time limit that grows with the file): the file is refused
 with a ValueError saying so. It finished (or llama.cpp refused the file cleanly, which the load here will say
 again): the file is opened here. The verdict is kept per file (its sha256) and llama-cpp-python version, in
@@ -22,6 +23,7 @@ from functools import cache
 from pathlib import Path
 
 from engine.backends.llamacpp import library
+from engine.backends.llamacpp.probe_child import STARTED
 from engine.core.files import atomic_write_bytes
 
 STORE_NAME = "llama.cpp-probes.json"
@@ -29,13 +31,7 @@ SCHEMA = "token-playground/llamacpp-probes/1"
 MAX_VERDICTS = 1000  # the oldest are forgotten first
 BASE_SECONDS, SECONDS_PER_GB = 60.0, 30.0  # the child's time limit: the load reads the whole file
 POLL_SECONDS = 0.05
-PROBE_TEXT = "Hello, wörld: 字 🙂\n<|im_end|>"
-PROBE_POSITIONS = 32
-_ROOT = str(Path(__file__).resolve().parents[3])  # the folder holding the engine package, for the child
-_CHILD = (
-    "import sys; sys.path.insert(0, sys.argv[1]); from engine.backends.llamacpp.probe import child; child(sys.argv[2])"
-)
-_STARTED = "probe started"
+_CHILD = str(Path(__file__).with_name("probe_child.py"))  # run as a script: it imports llama_cpp alone
 
 
 def store_path() -> Path:
@@ -89,7 +85,7 @@ def probe(path: Path, progress=None) -> dict:
                "llama_cpp": llama_cpp_version()}  # fmt: skip
     if code is None:
         verdict["why"] = f"it was still running after {limit:.0f} s and was stopped"
-    elif _STARTED not in said:
+    elif STARTED not in said:
         raise ValueError(f"{path}: could not try this file in a separate process before opening it "
                          f"(exit code {code}: {_last_line(stderr)})")  # fmt: skip
     elif code == 0 and said.rstrip().endswith("}"):
@@ -102,7 +98,7 @@ def probe(path: Path, progress=None) -> dict:
 def _run_child(path: Path, limit: float, out, err, progress) -> int | None:
     """The child's exit code (negative: the signal that ended it), None when it ran past the limit."""
     env = {**os.environ, "GGML_NO_BACKTRACE": "1"}  # ggml would attach gdb to print a backtrace: seconds
-    child = subprocess.Popen([sys.executable, "-c", _CHILD, _ROOT, str(path)], stdin=subprocess.DEVNULL,
+    child = subprocess.Popen([sys.executable, _CHILD, str(path)], stdin=subprocess.DEVNULL,
                              stdout=out, stderr=err, env=env)  # fmt: skip
     deadline = time.monotonic() + limit
     try:
@@ -177,25 +173,3 @@ def known_crashes() -> dict:
         for v in read_verdicts().values()
         if not v["ok"] and v.get("llama_cpp") == llama_cpp_version()
     }
-
-
-# --- the child ---------------------------------------------------------------------------------------
-
-
-def child(path: str) -> None:
-    """The child process: open the file as the app would, with a tiny context, and say how it went."""
-    from engine.backends.llamacpp.model import LlamaCppModel
-
-    library.llama()
-    print(_STARTED, flush=True)
-    try:
-        model = LlamaCppModel(path, threads=1, context_length=None, weights_sha256="(not hashed in the probe)")
-        cache = model.new_cache()
-        cache.size_for(PROBE_POSITIONS)
-        ids = model.tokenizer.encode(PROBE_TEXT)[: PROBE_POSITIONS - 1] or [0]
-        model.forward_cached(ids[:2], cache)
-        model.tokenizer.decode(ids)
-        model.close()
-        print(json.dumps({"ok": True}), flush=True)
-    except ValueError as error:  # llama.cpp refused it cleanly: the load in the app says so again
-        print(json.dumps({"ok": True, "error": str(error)[:500]}), flush=True)
