@@ -3,9 +3,8 @@ foresaw (checks.py) still cannot take the app down: llama.cpp aborts the process
 
 The child (probe_child.py) makes the C calls the app makes to load the file and take a first step (a tiny
 context, a text with non-ASCII characters tokenized, two tokens decoded and spelled back) and prints one
-JSON line.
-It crashed (a signal, an exit code) or hung (past a time limit that grows with the file): the file is refused
-with a ValueError saying so. It finished (or llama.cpp refused the file cleanly, which the load here will say
+JSON line. It crashed (a signal, an exit code) or hung (past a time limit that grows with the file): the file
+is refused with a ValueError saying so. It finished (or llama.cpp refused the file cleanly, which the load here will say
 again): the file is opened here. The verdict is kept per file (its sha256) and llama-cpp-python version, in
 llama.cpp-probes.json in the engine's cache folder (written atomically, read defensively: a damaged file
 holds no verdicts), so each file is tried once. progress(0, 1000) is called while the child runs; an
@@ -88,8 +87,8 @@ def probe(path: Path, progress=None) -> dict:
     elif STARTED not in said:
         raise ValueError(f"{path}: could not try this file in a separate process before opening it "
                          f"(exit code {code}: {_last_line(stderr)})")  # fmt: skip
-    elif code == 0 and said.rstrip().endswith("}"):
-        verdict.update(ok=True, why=json.loads(said.rstrip().rsplit("\n", 1)[-1]).get("error", ""))
+    elif code == 0 and _last_json(said) is not None:
+        verdict.update(ok=True, why=str(_last_json(said).get("error", "")))
     else:
         verdict["why"] = f"{_ending(code)}{': ' + _last_line(stderr) if _last_line(stderr) else ''}"
     return verdict
@@ -119,6 +118,15 @@ def _run_child(path: Path, limit: float, out, err, progress) -> int | None:
             child.wait()
 
 
+def _last_json(said: str) -> dict | None:
+    """The child's last line as the JSON object it prints at its end; None when it did not get there."""
+    try:
+        answer = json.loads(said.rstrip().rsplit("\n", 1)[-1])
+    except ValueError:
+        return None
+    return answer if isinstance(answer, dict) else None
+
+
 def _ending(code: int) -> str:
     if code < 0:
         try:
@@ -146,7 +154,8 @@ def read_verdicts() -> dict:
     try:
         data = json.loads(store_path().read_bytes())
         files = data["files"] if isinstance(data, dict) and data.get("schema") == SCHEMA else {}
-        return {sha: v for sha, v in files.items() if isinstance(v, dict) and isinstance(v.get("ok"), bool)}
+        return {sha: v for sha, v in files.items()
+                if isinstance(v, dict) and isinstance(v.get("ok"), bool) and isinstance(v.get("why"), str)}  # fmt: skip
     except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
         return {}
 
