@@ -196,26 +196,28 @@ def test_a_probe_is_cancelled_by_its_progress_and_nothing_is_remembered(tmp_path
     assert probe.read_verdicts() == {}
 
 
-@pytest.mark.parametrize(
-    "content",
-    [
-        b"",
-        b"{",
-        b"[]",
-        b'{"schema": "token-playground/llamacpp-probes/1", "files": {"x": 5, "y": {"ok": "yes"}}}',
-        b"\xff" * 10,
-        b"[" * 100_000,
-    ],
-)
-def test_a_damaged_verdict_store_holds_no_verdicts_and_is_rewritten(tmp_path, cache_dir, content):
+DAMAGED_STORES = [b"", b"{", b"[]", b"\xff" * 10, b"[" * 100_000, b'{"schema": "token-playground/llamacpp-probes/1", '
+                  b'"files": {"x": 5, "y": {"ok": "yes", "why": ""}, "z": {"ok": false}}}']  # fmt: skip
+
+
+@pytest.mark.parametrize("content", DAMAGED_STORES)
+def test_a_damaged_verdict_store_holds_no_verdicts(cache_dir, content):
     from engine.backends.llamacpp import probe
 
     cache_dir.mkdir()
     probe_store(cache_dir).write_bytes(content)
     assert probe.read_verdicts() == {}
+
+
+def test_a_damaged_verdict_store_is_rewritten_whole_at_the_next_probe(tmp_path, cache_dir):
+    from engine.backends.llamacpp import probe
+
+    cache_dir.mkdir()
+    probe_store(cache_dir).write_bytes(b'{"schema": "token-playground/llamacpp-probes/1", "files": {"x": ')
     path = write(tmp_path, "tiny", {})
     engine.load_model(path, backend="llama.cpp", threads=1).close()
     assert list(probe.read_verdicts()) == [file_sha256(path)]
+    assert not [entry for entry in cache_dir.iterdir() if entry.name.endswith(".tmp")]  # written atomically
 
 
 # --- headers read within bounds -------------------------------------------------------------------------
