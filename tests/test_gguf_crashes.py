@@ -309,3 +309,36 @@ def test_a_file_name_that_is_not_utf8_is_found_shown_and_opened(tmp_path, cache_
         session.run()
         engine.save_trace(session.trace(), tmp_path / f"{backend}.json")  # the name, as UTF-8
         assert model.name == "\ufffd" and model.describe()["name"].encode("utf-8")
+
+
+# --- in the window ---------------------------------------------------------------------------------------
+
+
+def test_the_picker_offers_no_llamacpp_line_for_a_file_llamacpp_would_abort_on(qtbot, tmp_path, cache_dir, prefs,
+                                                                              story_model, monkeypatch):  # fmt: skip
+    """It was listed for llama.cpp, and picking it killed the window (exit 134)."""
+    from conftest import shown_window
+    from PySide6.QtCore import Qt
+
+    folder = tmp_path / "lmstudio" / "someone" / "repo"
+    folder.mkdir(parents=True)
+    path = write(folder, "repeated", {"tokenizer.ggml.tokens": REPEATED})
+    find = engine.find_models
+    monkeypatch.setattr(engine, "find_models", lambda recent=(): find(
+        hf_cache=tmp_path / "hub", lmstudio_dirs=[tmp_path / "lmstudio"], ollama_dir=tmp_path / "ollama",
+        recent=recent, packages=False))  # fmt: skip
+    window = shown_window(qtbot, story_model, prefs)
+    picker = window.controls.model_picker
+
+    def lines():
+        return [picker.itemText(i) for i in range(picker.count())]
+
+    qtbot.waitUntil(lambda: "someone/repo/repeated.gguf — numpy reference engine" in lines(), timeout=30000)
+    assert "someone/repo/repeated.gguf — llama.cpp" not in lines()  # checked first: a crash below cannot happen
+    tip = picker.itemData(lines().index("someone/repo/repeated.gguf — numpy reference engine"),
+                          Qt.ItemDataRole.ToolTipRole)  # fmt: skip
+    assert "not offered to llama.cpp: tokenizer.ggml.tokens holds 'b' twice (tokens 100 and 101)" in tip
+    with qtbot.waitSignal(window.controller.message, timeout=30000) as shown:
+        window.controller.open_model(str(path), backend="llama.cpp")  # by hand, as Open GGUF file... does
+    assert "holds 'b' twice" in shown.args[0] and "story model" in window.windowTitle()
+    window.close()
