@@ -6,17 +6,21 @@ manifests name the model blobs), pip-installed model packages (one whose file is
 before it is written, with a note: engine.load_model writes it on first use), and recently opened files.
 
 Only real GGUF files are listed (their 4-byte magic is read), each once (by resolved path, with the first
-source that found it). Finding is fast (stat and 4-byte reads, no hashing) and never raises: a broken
-folder, manifest or cache is skipped. Imports no Qt.
+source that found it). Each file's header is read within fixed bounds (gguf/metadata.py: a sparse file whose
+header claims 2**62 strings is refused at once) and checked for what llama.cpp would abort on
+(llamacpp/checks.py), and files whose trial in a separate process crashed are known (llamacpp/probe.py): such
+a file is listed with `refused` saying why, and llama.cpp is not among its engines. Finding is fast (stat,
+header reads remembered per file and mtime, no hashing) and never raises: a broken folder, manifest, file
+or cache is skipped. Names that are not UTF-8 are shown with U+FFFD. Imports no Qt.
 """
 
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from engine.backends.gguf.header import gguf_architecture, is_gguf
+from engine.backends.gguf.header import gguf_architecture, is_gguf, readable
 from engine.loading import smollm2_path
 from engine.model_packages import PACKAGES
 
@@ -36,7 +40,8 @@ class FoundModel:
     size: bytes; repo_id/revision: the Hugging Face repository and commit (None for other sources);
     architecture: general.architecture from the file's header (None when the header does not say);
     first_use: for a pip model package's file not written yet, the name engine.load_model takes to write it
-    (on first use) and open it; None for a file that is there."""
+    (on first use) and open it; None for a file that is there; refused: why llama.cpp will not open the
+    file (its header, or its trial in a separate process, crashed it), None when nothing is known against it."""
 
     name: str
     path: Path
@@ -46,6 +51,7 @@ class FoundModel:
     revision: str | None = None
     architecture: str | None = None
     first_use: str | None = None
+    refused: str | None = None
 
     @property
     def note(self) -> str:
@@ -66,7 +72,7 @@ class FoundModel:
         from engine.loading import default_backend
 
         numpy = ("numpy",) if self.architecture in SUPPORTED_ARCHITECTURES else ()
-        return ("llama.cpp", *numpy) if default_backend() == "llama.cpp" else numpy
+        return ("llama.cpp", *numpy) if default_backend() == "llama.cpp" and not self.refused else numpy
 
 
 def find_models(hf_cache=None, lmstudio_dirs=None, ollama_dir=None, recent=(), *, packages=True) -> list[FoundModel]:
@@ -86,7 +92,7 @@ def find_models(hf_cache=None, lmstudio_dirs=None, ollama_dir=None, recent=(), *
         *(_guarded(_packages) if packages else []),
         *(model for path in recent for model in _guarded(_recent, path)),
     ]
-    seen, unique = set(), []
+    seen, unique, crashed = set(), [], _known_crashes()
     for model in found:
         try:
             key = model.path.resolve()
@@ -94,8 +100,29 @@ def find_models(hf_cache=None, lmstudio_dirs=None, ollama_dir=None, recent=(), *
             continue
         if key not in seen:
             seen.add(key)
-            unique.append(model)
+            unique.append(_with_probe_verdict(model, key, crashed))
     return sorted(unique, key=lambda m: (SOURCES.index(m.source), m.name.lower(), m.name))
+
+
+def _known_crashes() -> dict:
+    from engine.backends.llamacpp.probe import known_crashes
+
+    try:
+        return known_crashes()
+    except Exception:  # noqa: BLE001 - discovery must never raise
+        return {}
+
+
+def _with_probe_verdict(model: FoundModel, resolved: Path, crashed: dict) -> FoundModel:
+    """The model marked refused when llama.cpp crashed on this very file (its path, size and mtime) in a probe."""
+    if model.refused or model.first_use or not crashed:
+        return model
+    try:
+        stat = resolved.stat()
+    except OSError:
+        return model
+    why = crashed.get((str(resolved), stat.st_size, stat.st_mtime_ns))
+    return replace(model, refused=why) if why else model
 
 
 def default_lmstudio_dirs() -> list[Path]:
@@ -141,7 +168,27 @@ def _model(name: str, path: Path, source: str, repo_id=None, revision=None) -> F
         return None
     if not is_gguf(path):
         return None
-    return FoundModel(name, path, source, size, repo_id, revision, gguf_architecture(path))
+    architecture, refused = _inspected(path, size)
+    return FoundModel(readable(name), path, source, size, repo_id, revision, architecture, refused=refused)
+
+
+_INSPECTED: dict = {}  # (path, size, mtime_ns) -> (architecture, refused): a header is read once per version
+_MAX_INSPECTED = 512
+
+
+def _inspected(path: Path, size: int) -> tuple[str | None, str | None]:
+    """The file's architecture and why llama.cpp must not open it (None: its header passes), remembered."""
+    from engine.backends.llamacpp.checks import llamacpp_refusal
+
+    try:
+        key = (str(path), size, path.stat().st_mtime_ns)
+    except OSError:
+        return None, None
+    if key not in _INSPECTED:
+        if len(_INSPECTED) >= _MAX_INSPECTED:
+            _INSPECTED.clear()
+        _INSPECTED[key] = (gguf_architecture(path), llamacpp_refusal(path))
+    return _INSPECTED[key]
 
 
 def _hugging_face(cache):
@@ -222,7 +269,7 @@ def _ollama_blob(manifest: Path, blobs: Path) -> Path | None:
         if not manifest.is_file() or manifest.stat().st_size > _MAX_MANIFEST:
             return None
         data = json.loads(manifest.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # a deeply nested manifest: this model only is skipped
         return None
     layers = data.get("layers") if isinstance(data, dict) else None
     if not isinstance(layers, list):

@@ -57,6 +57,7 @@ def _found_entries(found) -> list[Entry]:
     tip = f"{found.path}\n{found.architecture or 'unknown architecture'}, {found.size / 2**20:,.0f} MiB, from {found.source}"
     note = f" ({found.note})" if found.note else ""  # a package's file not written yet
     tip += f"\n{found.note}: the package's parts are joined into this file the first time it is opened" if note else ""
+    tip += f"\nnot offered to llama.cpp: {found.refused}" if found.refused else ""  # it would abort the app
     return [Entry(f"{found.name} — {ENGINE_NAMES[backend]}{note}", str(found.path), backend, found, tip)
             for backend in found.backends]  # fmt: skip
 

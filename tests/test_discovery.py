@@ -204,9 +204,9 @@ def test_a_package_whose_file_is_not_written_yet_is_listed_as_written_on_first_u
                          architecture="gemma3", first_use="gemma3")  # fmt: skip
     assert find(tmp_path, packages=True)[0] == pending and pending.note == "written on first use"
     assert gemma3_path() is None and not path.exists()  # discovery writes nothing
-    # a stand-in the file's size that starts as the file does (sparse: nothing is copied)
+    # a stand-in the file's size that starts as the file does, its whole header (then sparse: nothing is copied)
     with open(GEMMA3.parts()[0], "rb") as part, open(write(path, b""), "wb") as stand_in:
-        stand_in.write(part.read(1 << 16))
+        stand_in.write(part.read(16 << 20))
         stand_in.truncate(GEMMA3.size() - 1)
     assert find(tmp_path, packages=True)[0] == pending  # a cut file is written again on first use
     os.truncate(path, GEMMA3.size())

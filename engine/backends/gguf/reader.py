@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from engine.backends.gguf import checks as gguf_checks
+from engine.backends.gguf.header import readable
+from engine.backends.gguf.metadata import read_header
 from engine.backends.gguf.model import LlamaConfig
 from engine.backends.gguf.tokenizer import build_tokenizer
 
@@ -40,6 +42,10 @@ def read_gguf(path: Path, progress=None):
     import gguf
     from gguf.quants import dequantize
 
+    try:
+        read_header(path)  # within bounds first: the gguf package walks whatever counts a header claims
+    except ValueError as error:
+        raise ValueError(f"{path}: {error}") from None
     try:
         reader = gguf.GGUFReader(str(path))
     except Exception as error:  # noqa: BLE001 - the gguf package raises many kinds on a damaged file
@@ -77,7 +83,7 @@ def read_gguf(path: Path, progress=None):
         _our_layout(weights, config),
         spec,
         tokenizer,
-        path.stem,
+        readable(path.stem),
     )  # the file's name says which model and quantization
 
 

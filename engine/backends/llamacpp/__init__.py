@@ -6,8 +6,12 @@ position and runs its own sampler chain on it (LocalContext), so every feature w
     library.py    importing llama_cpp once: the backend initialised, llama.cpp's log sent to a file
     tokenizer.py  the model's own vocabulary: llama_tokenize, llama_token_to_piece, its chat template
     model.py      LlamaCppModel (the backend) and LlamaCppCache (one llama_context per session)
+    checks.py     what a file must say before llama.cpp opens it (the values llama.cpp aborts on)
+    probe.py      a file llama.cpp has not opened before, tried first in a separate process (verdicts kept)
     threads.py    the default thread count (every core but one: ggml's threads spin while they wait)
 """
+
+from pathlib import Path
 
 from engine.backends.llamacpp.library import INSTALL, available
 from engine.backends.llamacpp.threads import default_threads
@@ -16,7 +20,19 @@ __all__ = ["INSTALL", "available", "default_threads", "load_llamacpp"]
 
 
 def load_llamacpp(path, *, context_length=None, threads=None, gpu_layers=0, progress=None):
-    """A GGUF file in llama.cpp (ValueError for a file it cannot load, or bad settings)."""
+    """A GGUF file in llama.cpp (ValueError for a file it cannot load, would crash on, or bad settings): its
+    header checked (checks.py), then hashed (progress hears (0, 1000) per 4 MiB: an exception it raises
+    cancels), tried in a child process if llama.cpp has not opened it before (probe.py), then loaded here."""
+    from engine.backends.gguf.header import check_gguf_file
+    from engine.backends.gguf.reader import file_sha256
+    from engine.backends.llamacpp.checks import check_for_llamacpp
     from engine.backends.llamacpp.model import LlamaCppModel
+    from engine.backends.llamacpp.probe import checked_by_probe
 
-    return LlamaCppModel(path, context_length=context_length, threads=threads, gpu_layers=gpu_layers, progress=progress)
+    path = Path(path)
+    check_gguf_file(path)
+    check_for_llamacpp(path)
+    sha256 = file_sha256(path, each_block=progress and (lambda: progress(0, 1000)))
+    checked_by_probe(path, sha256, progress)
+    return LlamaCppModel(path, context_length=context_length, threads=threads, gpu_layers=gpu_layers,
+                         progress=progress, weights_sha256=sha256)  # fmt: skip

@@ -8,12 +8,13 @@ needed, and copies them out of llama.cpp's buffer as float32 [rows, vocab]; Loca
 """
 
 import ctypes
+import os
 import weakref
 from pathlib import Path
 
 import numpy as np
 
-from engine.backends.gguf.header import check_gguf_file, gguf_architecture
+from engine.backends.gguf.header import check_gguf_file, gguf_architecture, readable
 from engine.backends.gguf.reader import file_sha256
 from engine.backends.llamacpp import library
 from engine.backends.llamacpp.threads import check_threads, default_threads
@@ -134,8 +135,9 @@ def _llama_error() -> str:
 class LlamaCppModel(LocalBackend):
     """A GGUF file in llama.cpp (any architecture it supports), with the engine's sampler chain on top."""
 
-    def __init__(self, path, *, context_length=None, threads=None, gpu_layers=0, progress=None):
-        """progress(done, total) hears how far llama.cpp has read the file (done of 1000)."""
+    def __init__(self, path, *, context_length=None, threads=None, gpu_layers=0, progress=None, weights_sha256=None):
+        """progress(done, total) hears how far llama.cpp has read the file (done of 1000); weights_sha256: the
+        file's sha256 when the caller has it (else it is computed here, after the load)."""
         path = Path(path)
         if threads is None:
             threads = default_threads()  # not the core count: threads.py says why
@@ -155,7 +157,7 @@ class LlamaCppModel(LocalBackend):
             callback = llama.llama_progress_callback(lambda done, _data: _report(progress, done, raised))
             params.progress_callback = callback  # `callback` stays referenced until the load returns
         library.errors.clear()
-        handle = llama.llama_model_load_from_file(str(path).encode(), params)
+        handle = llama.llama_model_load_from_file(os.fsencode(path), params)  # a name need not be UTF-8
         if raised:  # the progress callback raised: that is why the load stopped (a freed model, if any)
             if handle:
                 llama.llama_model_free(handle)
@@ -171,6 +173,8 @@ class LlamaCppModel(LocalBackend):
         self._free = weakref.finalize(self, llama.llama_model_free, handle)
         try:
             self.trained_context = llama.llama_model_n_ctx_train(handle)
+            if self.trained_context < 1:  # checks.py refuses such a file first; this, for a caller that did not
+                raise ValueError(f"{path}: llama.cpp reads the model's context length as {self.trained_context}")
             if context_length is None:
                 context_length = min(self.trained_context, DEFAULT_CONTEXT)
             elif context_length > self.trained_context:
@@ -185,10 +189,12 @@ class LlamaCppModel(LocalBackend):
             self._vocab_size = self.tokenizer.vocab_size
             self.end_token_ids = frozenset(i for i in range(self._vocab_size) if llama.llama_vocab_is_eog(vocab, i))
             self.architecture = self._meta("general.architecture")
-            self.name = path.stem
+            self.name = readable(path.stem)
             self.source = str(path)
             # progress hears the hashing too (a file of gigabytes takes seconds): an exception it raises cancels
-            self.weights_sha256 = file_sha256(path, each_block=progress and (lambda: progress(1000, 1000)))
+            self.weights_sha256 = weights_sha256 or file_sha256(
+                path, each_block=progress and (lambda: progress(1000, 1000))
+            )
         except BaseException:
             self._free()
             raise
