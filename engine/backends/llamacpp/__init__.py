@@ -14,7 +14,7 @@ position and runs its own sampler chain on it (LocalContext), so every feature w
 from pathlib import Path
 
 from engine.backends.llamacpp.library import INSTALL, available
-from engine.backends.llamacpp.threads import default_threads
+from engine.backends.llamacpp.threads import check_threads, default_threads
 
 __all__ = ["INSTALL", "available", "default_threads", "load_llamacpp"]
 
@@ -30,6 +30,8 @@ def load_llamacpp(path, *, context_length=None, threads=None, gpu_layers=0, prog
     from engine.backends.llamacpp.probe import checked_by_probe
 
     path = Path(path)
+    if threads is not None:  # the settings first: refused before the file is read, hashed or probed
+        check_threads(threads)
     check_gguf_file(path)
     check_for_llamacpp(path)
     sha256 = file_sha256(path, each_block=progress and (lambda: progress(0, 1000)))
