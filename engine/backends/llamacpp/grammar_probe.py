@@ -1,0 +1,154 @@
+"""A grammar text llama.cpp has not compiled before is compiled first in a child process, where a crash, a
+runaway allocation or a parse that never ends cannot reach the app: the child loads only the model's
+vocabulary (vocab_only), parses the grammar on a thread with a small stack (PROBE_STACK_BYTES: the app's own
+threads have more), and finds the tokens it allows at its start, under a memory cap and a time limit. The
+verdict is remembered per (model file's sha256, grammar's sha256): each grammar is probed once a process.
+
+The checks in engine/core/gbnf.py refuse what is known to be dangerous before this; the probe is for what no
+check foresaw.
+"""
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+
+PROBE_STEP_S = 2.0  # the first step's most: "a"? x80 took 0.6-1.7 s, x150 10.6 s, x300 over 90 s
+PROBE_START_S = 10.0  # the child's start (Python, llama.cpp, the vocabulary: 0.3-1 s here) and the parse
+PROBE_MEMORY_BYTES = 2 << 30  # the child's address space: its vocabulary takes ~100 MB
+PROBE_STACK_BYTES = 1 << 20  # the parse's thread; the app's threads have 8 MiB (Linux), 18,750 groups needed more
+MAX_VERDICTS = 256
+_verdicts: OrderedDict = OrderedDict()  # (model sha256, grammar sha256) -> None (fine) or the refusal
+_lock = threading.Lock()
+CHILD = "from engine.backends.llamacpp.grammar_probe import child_main; child_main()"
+
+
+def check_grammar(model, text: str, step_s: float = PROBE_STEP_S) -> None:
+    """ValueError saying why, when the grammar does not parse, allows no token at its start, takes over step_s
+    for its first step, or crashes or exhausts the child compiling it. A model told to stop its work
+    (stop_work) ends the probe."""
+    key = (model.weights_sha256, hashlib.sha256(text.encode()).hexdigest())
+    with _lock:
+        known = key in _verdicts
+        verdict = _verdicts.get(key)
+    if not known:
+        verdict = _run_child(model, text, step_s)
+        with _lock:
+            _verdicts[key] = verdict
+            while len(_verdicts) > MAX_VERDICTS:
+                _verdicts.popitem(last=False)
+    if verdict is not None:
+        raise ValueError(verdict)
+
+
+def _run_child(model, text: str, step_s: float) -> str | None:
+    root = str(Path(__file__).resolve().parents[3])  # the folder holding the engine package
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    child = subprocess.Popen([sys.executable, "-c", CHILD, model.source, str(step_s)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)  # fmt: skip
+    deadline, given = time.monotonic() + PROBE_START_S + step_s, text.encode()
+    while True:
+        try:
+            out, err = child.communicate(given, timeout=0.1)
+            break
+        except subprocess.TimeoutExpired:
+            given = None
+            if model.work_stopped or time.monotonic() > deadline:
+                child.kill()
+                child.communicate()
+                if model.work_stopped:
+                    raise ValueError(f"{model.name} was told to stop its work (stop_work): the grammar's check "
+                                     "stopped") from None  # fmt: skip
+                return _took_too_long(step_s)
+    return _verdict(child.returncode, out, err)
+
+
+def _verdict(status: int, out: bytes, err: bytes) -> str | None:
+    try:
+        answer = json.loads(out.decode("utf-8", "replace").strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        answer = None
+    if status == 0 and isinstance(answer, dict):
+        return answer.get("refused")
+    last = (err.decode("utf-8", "replace").strip().splitlines() or [""])[-1][:200]
+    if status < 0:
+        try:
+            name = signal.Signals(-status).name
+        except ValueError:
+            name = f"signal {-status}"
+        cause = f"crashed ({name})"
+    else:
+        cause = f"failed (exit status {status}{': ' + last if last else ''})"
+    return (f"llama.cpp {cause} compiling this grammar, in a separate process (the app goes on): simplify the "
+            "grammar")  # fmt: skip
+
+
+def _took_too_long(step_s: float) -> str:
+    return (
+        f"llama.cpp took over {step_s:g} s to find the tokens this grammar allows at its start (every step "
+        "would take as long): simplify it (many optional or repeated items in a row multiply its work)"
+    )
+
+
+# --- the child ---------------------------------------------------------------------------------------------
+def child_main() -> None:
+    """The child: argv = [model path, the first step's limit in s], the grammar on stdin -> one JSON line,
+    {"refused": None or why, "allowed": tokens allowed at the start, "seconds": the first step's}."""
+    try:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (PROBE_MEMORY_BYTES, PROBE_MEMORY_BYTES))
+    except (ImportError, ValueError, OSError):
+        pass  # no such limit here (Windows): the time limit still holds
+    path, step_s = sys.argv[1], float(sys.argv[2])
+    text = sys.stdin.buffer.read().decode("utf-8")
+    from engine.backends.llamacpp import library
+
+    llama = library.llama()
+    params = llama.llama_model_default_params()
+    params.vocab_only = True
+    handle = llama.llama_model_load_from_file(path.encode(), params)
+    if not handle:
+        print(json.dumps({"refused": f"llama.cpp could not read the vocabulary of {path}"}), flush=True)
+        return
+    vocab = llama.llama_model_get_vocab(handle)
+    answer: dict = {}
+    threading.stack_size(PROBE_STACK_BYTES)
+    worker = threading.Thread(target=lambda: answer.update(probe(llama, vocab, text, step_s)))
+    worker.start()
+    worker.join()
+    print(json.dumps(answer), flush=True)
+
+
+def probe(llama, vocab, text: str, step_s: float) -> dict:
+    """Compile the grammar and apply it to the whole vocabulary once (a first step, in one call), in this
+    process: the child's work, and the property test's."""
+    from engine.backends.llamacpp.grammar import _apply, compile_grammar, token_data
+
+    try:
+        sampler = compile_grammar(llama, vocab, text)
+    except ValueError as error:
+        return {"refused": str(error)}
+    try:
+        data = token_data(llama.llama_vocab_n_tokens(vocab))
+        data["id"] = np.arange(len(data))
+        started = time.perf_counter()
+        _apply(llama, sampler, data)
+        seconds = time.perf_counter() - started
+        allowed = int(np.isfinite(data["logit"]).sum())
+        if seconds > step_s:
+            return {"refused": _took_too_long(step_s), "seconds": seconds}
+        if allowed == 0:
+            return {"refused": "the grammar allows no token of this model's vocabulary at its start: nothing "
+                    "could be generated (a character no token spells?)"}  # fmt: skip
+        return {"refused": None, "allowed": allowed, "seconds": seconds}
+    finally:
+        llama.llama_sampler_free(sampler)
