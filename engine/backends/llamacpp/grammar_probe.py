@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import OrderedDict
@@ -21,13 +22,15 @@ from pathlib import Path
 
 import numpy as np
 
-PROBE_STEP_S = 2.0  # the first step's most: "a"? x80 took 0.6-1.7 s, x150 10.6 s, x300 over 90 s
+PROBE_STEP_S = 2.0  # the first step's most, in CPU time: "a"? x80 took 0.6-1.7 s, x150 10.6 s, x300 over 90 s
+STEP_WAIT = 3  # the child measures the step's CPU time; on a busy machine the wall clock runs ahead of it
 PROBE_START_S = 10.0  # the child's start (Python, llama.cpp, the vocabulary: 0.3-1 s here) and the parse
 PROBE_MEMORY_BYTES = 2 << 30  # the child's address space: its vocabulary takes ~100 MB
 PROBE_STACK_BYTES = 1 << 20  # the parse's thread; the app's threads have 8 MiB (Linux), 18,750 groups needed more
 MAX_VERDICTS = 256
 _verdicts: OrderedDict = OrderedDict()  # (model sha256, grammar sha256) -> None (fine) or the refusal
 _lock = threading.Lock()
+COMPILED = b"compiled\n"  # the child's line once the grammar parsed
 CHILD = "from engine.backends.llamacpp.grammar_probe import child_main; child_main()"
 
 
@@ -50,25 +53,29 @@ def check_grammar(model, text: str, step_s: float = PROBE_STEP_S) -> None:
 
 
 def _run_child(model, text: str, step_s: float) -> str | None:
+    """The child's verdict. It writes COMPILED once the grammar parsed: from then it has STEP_WAIT * step_s
+    (and a second) for the first step, else it is ended (it cannot be interrupted inside llama.cpp)."""
     root = str(Path(__file__).resolve().parents[3])  # the folder holding the engine package
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
-    child = subprocess.Popen([sys.executable, "-c", CHILD, model.source, str(step_s)], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)  # fmt: skip
-    deadline, given = time.monotonic() + PROBE_START_S + step_s, text.encode()
-    while True:
-        try:
-            out, err = child.communicate(given, timeout=0.1)
-            break
-        except subprocess.TimeoutExpired:
-            given = None
+    with tempfile.TemporaryDirectory(prefix="grammar-probe-") as folder:
+        grammar, out, err = (Path(folder) / name for name in ("grammar.gbnf", "out", "err"))
+        grammar.write_bytes(text.encode())
+        with open(out, "wb") as out_file, open(err, "wb") as err_file:
+            child = subprocess.Popen([sys.executable, "-c", CHILD, model.source, str(grammar), str(step_s)],
+                                     stdin=subprocess.DEVNULL, stdout=out_file, stderr=err_file, env=env)  # fmt: skip
+        deadline = time.monotonic() + PROBE_START_S + step_s
+        while child.poll() is None:
+            if COMPILED in out.read_bytes():
+                deadline = min(deadline, time.monotonic() + STEP_WAIT * step_s + 1)
             if model.work_stopped or time.monotonic() > deadline:
                 child.kill()
-                child.communicate()
+                child.wait()
                 if model.work_stopped:
                     raise ValueError(f"{model.name} was told to stop its work (stop_work): the grammar's check "
-                                     "stopped") from None  # fmt: skip
+                                     "stopped")  # fmt: skip
                 return _took_too_long(step_s)
-    return _verdict(child.returncode, out, err)
+            time.sleep(0.02)
+        return _verdict(child.returncode, out.read_bytes(), err.read_bytes())
 
 
 def _verdict(status: int, out: bytes, err: bytes) -> str | None:
@@ -100,7 +107,7 @@ def _took_too_long(step_s: float) -> str:
 
 # --- the child ---------------------------------------------------------------------------------------------
 def child_main() -> None:
-    """The child: argv = [model path, the first step's limit in s], the grammar on stdin -> one JSON line,
+    """The child: argv = [model path, the grammar's file, the first step's limit in s] -> one JSON line,
     {"refused": None or why, "allowed": tokens allowed at the start, "seconds": the first step's}."""
     try:
         import resource
@@ -108,8 +115,7 @@ def child_main() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (PROBE_MEMORY_BYTES, PROBE_MEMORY_BYTES))
     except (ImportError, ValueError, OSError):
         pass  # no such limit here (Windows): the time limit still holds
-    path, step_s = sys.argv[1], float(sys.argv[2])
-    text = sys.stdin.buffer.read().decode("utf-8")
+    path, text, step_s = sys.argv[1], Path(sys.argv[2]).read_text(encoding="utf-8"), float(sys.argv[3])
     from engine.backends.llamacpp import library
 
     llama = library.llama()
@@ -122,27 +128,28 @@ def child_main() -> None:
     vocab = llama.llama_model_get_vocab(handle)
     answer: dict = {}
     threading.stack_size(PROBE_STACK_BYTES)
-    worker = threading.Thread(target=lambda: answer.update(probe(llama, vocab, text, step_s)))
+    worker = threading.Thread(target=lambda: answer.update(probe(llama, vocab, text, step_s, _say_compiled)))
     worker.start()
     worker.join()
     print(json.dumps(answer), flush=True)
 
 
-def probe(llama, vocab, text: str, step_s: float) -> dict:
+def probe(llama, vocab, text: str, step_s: float, compiled=lambda: None) -> dict:
     """Compile the grammar and apply it to the whole vocabulary once (a first step, in one call), in this
-    process: the child's work, and the property test's."""
+    process: the child's work, and the property test's. compiled() hears that the grammar parsed."""
     from engine.backends.llamacpp.grammar import _apply, compile_grammar, token_data
 
     try:
         sampler = compile_grammar(llama, vocab, text)
     except ValueError as error:
         return {"refused": str(error)}
+    compiled()
     try:
         data = token_data(llama.llama_vocab_n_tokens(vocab))
         data["id"] = np.arange(len(data))
-        started = time.perf_counter()
+        started = time.thread_time()  # CPU time: a busy machine does not make a grammar slow
         _apply(llama, sampler, data)
-        seconds = time.perf_counter() - started
+        seconds = time.thread_time() - started
         allowed = int(np.isfinite(data["logit"]).sum())
         if seconds > step_s:
             return {"refused": _took_too_long(step_s), "seconds": seconds}
@@ -152,3 +159,8 @@ def probe(llama, vocab, text: str, step_s: float) -> dict:
         return {"refused": None, "allowed": allowed, "seconds": seconds}
     finally:
         llama.llama_sampler_free(sampler)
+
+
+def _say_compiled() -> None:
+    sys.stdout.buffer.write(COMPILED)
+    sys.stdout.flush()
