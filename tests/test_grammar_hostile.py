@@ -159,3 +159,85 @@ def test_bans_of_every_token_are_refused_not_dropped(model):
     with pytest.raises(ValueError, match=f"logit_bias bans all {len(first)} tokens the grammar or the stages before"):
         session.step()  # it drew a banned token
     assert session.steps == []
+
+
+# Hypothesis over grammars in a child process: nesting depth (a chain of groups up to 20,000 deep), repetitions
+# ({m,n} up to 1,500 either way, on literals and classes; small ones on groups) and size (long literals).
+# Each is refused by Settings (before llama.cpp sees it) or by llama.cpp's parser, or it compiles and takes two
+# steps: the first token it allows is accepted and the next tokens found. A crash is the child's exit status.
+SHAPES = textwrap.dedent("""
+    import resource, sys
+    resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))  # a runaway allocation ends the child, not the box
+    from hypothesis import HealthCheck, given, settings, strategies as st
+    import numpy as np
+    import engine
+    from engine.backends.llamacpp import library
+    from engine.backends.llamacpp.grammar import _apply, compile_grammar, token_data
+
+    llama = library.llama()
+    params = llama.llama_model_default_params()
+    params.vocab_only = True
+    handle = llama.llama_model_load_from_file(str(engine.smollm2_path()).encode(), params)
+    vocab = llama.llama_model_get_vocab(handle)
+    size = llama.llama_vocab_n_tokens(vocab)
+    counts = {"settings": 0, "llama.cpp": 0, "stepped": 0}
+
+    def bounds(high):
+        count = st.integers(0, 12) | st.integers(0, high)
+        return st.sampled_from(["", "", "?", "*", "+"]) | st.tuples(count, count).map(
+            lambda mn: "{%d}" % mn[0] if mn[0] == mn[1] else "{%d,}" % mn[0] if mn[1] == 0 else "{%d,%d}" % mn)
+
+    literal = st.text("abxyz .", min_size=1, max_size=400).map(lambda t: '"%s"' % t)
+    atom = st.one_of(literal, st.sampled_from(["[a-z]", "[^x]", ".", "[0-9 ]"]))
+    item = st.tuples(atom, bounds(1500)).map("".join)
+
+    def grouped(inner):
+        alternatives = st.lists(st.lists(inner, min_size=1, max_size=4).map(" ".join), min_size=1, max_size=3)
+        return st.tuples(alternatives.map(" | ".join), bounds(3)).map(lambda g: "(%s)%s" % g)
+
+    body = st.recursive(item, grouped, max_leaves=8)
+    depth = st.integers(0, 90) | st.integers(0, 20_000)  # 18,750 crashed llama.cpp's parser
+    grammars = st.tuples(depth, st.lists(body, min_size=1, max_size=4).map(" ".join)).map(
+        lambda dg: "root ::= " + "(" * dg[0] + dg[1] + ")" * dg[0])
+
+    def allowed(sampler):
+        data = token_data(size)
+        data["id"] = np.arange(size)
+        _apply(llama, sampler, data)
+        return np.flatnonzero(np.isfinite(data["logit"]))
+
+    @settings(max_examples=int(sys.argv[1]), deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(grammars)
+    def shapes(grammar):
+        try:
+            engine.Settings(grammar=grammar)
+        except ValueError:
+            counts["settings"] += 1
+            return
+        try:
+            sampler = compile_grammar(llama, vocab, grammar)
+        except ValueError:
+            counts["llama.cpp"] += 1
+            return
+        try:
+            first = [t for t in allowed(sampler) if not llama.llama_vocab_is_eog(vocab, int(t))]
+            if first:
+                llama.llama_sampler_accept(sampler, int(first[0]))
+                allowed(sampler)
+            counts["stepped"] += 1
+        finally:
+            llama.llama_sampler_free(sampler)
+
+    shapes()
+    print(counts)
+""")
+
+
+def test_generated_grammars_are_refused_before_llamacpp_or_compile_and_step_without_crashing():
+    started = time.perf_counter()
+    result = subprocess.run([sys.executable, "-c", SHAPES, "120"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, (result.returncode, result.stdout[-500:], result.stderr[-1500:])
+    counts = eval(result.stdout.strip().splitlines()[-1])  # noqa: S307 - the child's own dict of ints
+    assert sum(counts.values()) >= 100 and counts["settings"] >= 10 and counts["stepped"] >= 10, counts
+    assert time.perf_counter() - started < 60
