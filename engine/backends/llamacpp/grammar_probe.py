@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 PROBE_STEP_S = 2.0  # the first step's most, in CPU time: "a"? x80 took 0.6-1.7 s, x150 10.6 s, x300 over 90 s
-STEP_WAIT = 3  # the child measures the step's CPU time; on a busy machine the wall clock runs ahead of it
+STEP_WAIT = 3  # the child limits the step's CPU time; the parent's wall clock (which runs ahead) is a backstop
 PROBE_START_S = 10.0  # the child's start (Python, llama.cpp, the vocabulary: 0.3-1 s here) and the parse
 PROBE_MEMORY_BYTES = 2 << 30  # the child's address space: its vocabulary takes ~100 MB
 PROBE_STACK_BYTES = 1 << 20  # the parse's thread; the app's threads have 8 MiB (Linux), 18,750 groups needed more
@@ -130,8 +130,21 @@ def child_main() -> None:
     threading.stack_size(PROBE_STACK_BYTES)
     worker = threading.Thread(target=lambda: answer.update(probe(llama, vocab, text, step_s, _say_compiled)))
     worker.start()
-    worker.join()
+    clock = _cpu_clock(worker)
+    while worker.is_alive():  # llama.cpp cannot be interrupted: past step_s of CPU the child ends itself
+        worker.join(0.05)
+        if clock is not None and worker.is_alive() and time.clock_gettime(clock) > step_s:
+            print(json.dumps({"refused": _took_too_long(step_s)}), flush=True)
+            os._exit(0)
     print(json.dumps(answer), flush=True)
+
+
+def _cpu_clock(thread: threading.Thread):
+    """The thread's CPU-time clock, where the platform has one (else None: the parent's wall clock limits)."""
+    try:
+        return time.pthread_getcpuclockid(thread.ident)
+    except (AttributeError, OSError):
+        return None
 
 
 def probe(llama, vocab, text: str, step_s: float, compiled=lambda: None) -> dict:
