@@ -11,7 +11,7 @@ A grammar text is compiled in this process only once a child process compiled it
 first step quick enough (grammar_probe.py). The tokens it allows are found in CHUNKS parts of the vocabulary
 with the model's stop flag checked between them, so that Stop and closing end a grammar's step early. The
 vocabulary is taken in the order of the tokens' text: llama.cpp shares the work for tokens that start alike
-within one call ("a"? x100: 3.2 s in one call, 120 s in 1,404 calls of 32 unsorted tokens, 3.5 s in 32 sorted
+within one call ("a"? x100: 3.2 s in one call, 120 s in 1,404 smaller calls of unsorted tokens, 3.5 s in 32 sorted
 chunks), so the chunks cost what one call costs.
 """
 
