@@ -173,12 +173,12 @@ def test_the_cli_takes_the_sampler_flags(story_model):
 
 
 def test_a_ban_over_tokens_already_removed_still_bans_the_others():
-    """A logit-bias ban that names a token an earlier stage removed bans the rest it names; only a ban of
-    every token still in the row gives way (leaving something to draw)."""
+    """A logit-bias ban that names a token an earlier stage removed bans the rest it names; a ban of every
+    token still in the row is refused (it used to give way silently, drawing a banned token)."""
     scores = np.array([-np.inf, 1.0, 2.0, 3.0], dtype=np.float32)
     inf = -float("inf")
     partial = run_chain(chain(Settings(logit_bias=((0, inf), (1, inf), (2, inf)))), scores, softmax(scores))
     assert partial["logit_bias"].dense_logits().tolist() == [inf, inf, inf, 3.0]
     assert partial["logit_bias"].probs_at([3]).tolist() == [1.0]
-    everything = run_chain(chain(Settings(logit_bias=((1, inf), (2, inf), (3, inf)))), scores, softmax(scores))
-    assert everything["logit_bias"].dense_logits().tolist() == scores.tolist()
+    with pytest.raises(ValueError, match="logit_bias bans all 3 tokens the grammar or the stages before it left"):
+        run_chain(chain(Settings(logit_bias=((1, inf), (2, inf), (3, inf)))), scores, softmax(scores))

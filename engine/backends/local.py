@@ -229,7 +229,13 @@ class LocalContext:
                 break
             state.grammar.accept(token_id)
             state.accepted.append(token_id)
-        return None if state.broken else state.grammar.allowed()
+        if state.broken:
+            return None
+        allowed = state.grammar.allowed()
+        if len(allowed) == 0:  # (llama.cpp allows the end tokens where the grammar is complete)
+            raise ValueError(f"the grammar allows no token after the {len(state.accepted)} tokens it has "
+                             "followed: nothing can come next; rewind, or change or clear the grammar")  # fmt: skip
+        return allowed
 
     def _dry_breakers(self, strings) -> penalties.DryBreakers:
         """DRY's breakers for this vocabulary, from each token's own bytes (as llama.cpp detokenizes them)."""

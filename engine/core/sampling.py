@@ -165,9 +165,11 @@ def rescored(row: Row, positions, scores, logits) -> Row:
     return Row(logits, probs, row.vocab, row.ids)
 
 
-def on_scores(row: Row, change) -> Row:
+def on_scores(row: Row, change, bans: bool = False) -> Row:
     """A stage that changes a few scores by token id (change: [V] scores -> (ids, new scores) or None, as
-    penalties.py's `*_change` functions), on a whole row or a kept one."""
+    penalties.py's `*_change` functions), on a whole row or a kept one. bans: the stage's -inf scores are a
+    person's bans (logit_bias): banning every token left is a ValueError (anything drawn would break a ban);
+    other stages give way, leaving something to draw."""
     found = change(row.dense_logits())
     if found is None:
         return row
@@ -176,7 +178,11 @@ def on_scores(row: Row, change) -> Row:
     logits = row.logits.copy()
     logits[at] = scores
     if np.isneginf(scores).any() and not np.isfinite(logits).any():
-        return row  # a ban of every token left (after greedy, say): it gives way, leaving something to draw
+        if bans:
+            left = int(np.isfinite(row.logits).sum())
+            raise ValueError(f"logit_bias bans all {left:,} tokens the grammar or the stages before it left at "
+                             "this step: nothing would be left to draw; lift one of those bans")  # fmt: skip
+        return row
     return rescored(row, at, scores, logits)
 
 
@@ -251,7 +257,8 @@ def chain(settings: Settings) -> tuple[Stage, ...]:
     penalties.py and one line here."""
     s = settings
     stages = {
-        "logit_bias": lambda row, given: on_scores(row, lambda x: penalties.logit_bias_change(x, dict(s.logit_bias))),
+        "logit_bias": lambda row, given: on_scores(
+            row, lambda x: penalties.logit_bias_change(x, dict(s.logit_bias)), bans=True),
         "penalties": lambda row, given: on_scores(row, lambda x: penalties.penalties_change(
             x, given.history, s.repeat_last_n, s.repeat_penalty, s.frequency_penalty, s.presence_penalty)),
         "dry": lambda row, given: on_scores(row, lambda x: penalties.dry_change(

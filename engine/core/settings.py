@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from engine.core.checks import MAX_INT, checked_float, checked_int, checked_text
+from engine.core.gbnf import check_grammar_shape
 
 MIN_TEMPERATURE = 0.01  # the floor guards against overflow in scores / T
 MAX_TEMPERATURE = 100.0  # softmax(scores / 100) is already flat for any real model; the cap keeps it finite
@@ -125,6 +126,9 @@ class Settings:
                 raise ValueError(
                     f"logit_bias names token id {token_id}, outside the vocabulary (0 to {vocab_size - 1})"
                 )
+        if sum(bias == -math.inf for _id, bias in self.logit_bias) == vocab_size:
+            raise ValueError(f"logit_bias bans every token of the vocabulary ({vocab_size:,}): nothing could be "
+                             "generated; lift at least one ban")  # fmt: skip
         return self
 
     def active(self, stage: str) -> bool:
@@ -163,12 +167,15 @@ def _flag(name: str, value) -> bool:
 
 
 def _grammar(text) -> str | None:
-    """GBNF text (its parse is llama.cpp's: the backend checks it) or None."""
+    """GBNF text or None: its size, nesting and repetitions checked here (engine/core/gbnf.py), before llama.cpp
+    parses it (the backend reports its parse errors)."""
     if text is None:
         return None
     if not isinstance(text, str) or not text.strip() or len(text) > MAX_GRAMMAR_CHARS:
         raise ValueError(f"grammar must be GBNF text of 1 to {MAX_GRAMMAR_CHARS:,} characters, or None")
-    return checked_text(text, "grammar")
+    text = checked_text(text, "grammar")
+    check_grammar_shape(text)
+    return text
 
 
 def _greedy_at(value) -> str:
