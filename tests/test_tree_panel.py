@@ -515,3 +515,17 @@ def test_rows_replaced_by_a_rebuild_or_a_new_seed_run_are_freed(qtbot, panel):
         seeds_panel._show_tree(run)
     seeds_panel.clear("gone")
     assert live_rows() == before and seeds_panel.seed_tree.topLevelItemCount() == 0  # before: 10 rows kept
+
+
+def test_the_panel_keeps_one_context_menu_at_a_time(qtbot, panel):
+    from PySide6.QtCore import QEvent
+    from PySide6.QtWidgets import QApplication, QMenu
+
+    panel.update_tree(True, chain(1, 0, "ab") + chain(3, 1, "x"), [1, 2])
+    for _ in range(5):
+        action(panel.menu_for(3), "pinBranchAction").trigger()  # triggered, never exec'd: left to the panel
+    panel.menu_for(2).deleteLater()  # or deleted by its caller
+    QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    panel.menu_for(3)
+    QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    assert len(panel.findChildren(QMenu)) == 1  # before: 6, with 42 actions

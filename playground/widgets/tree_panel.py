@@ -15,6 +15,7 @@ Deleted nodes (rare), a deleted branch brought back (undo) and a new tree rebuil
 import bisect
 import math
 
+import shiboken6
 from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import (
@@ -562,9 +563,9 @@ class TreePanel(QWidget):
         return menu
 
     def _drop_menu(self) -> None:
-        if self._menu is not None:
+        if self._menu is not None and shiboken6.isValid(self._menu):  # its caller may have deleted it already
             self._menu.deleteLater()
-            self._menu = None
+        self._menu = None
 
     def _under(self, node: int, ancestor: int) -> bool:
         while node is not None and node != ancestor:
