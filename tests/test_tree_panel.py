@@ -478,3 +478,54 @@ def test_a_deep_tree_is_replaced(panel):
     while panel._old_rows:
         panel._drop_old_rows()  # what the panel's timer runs (bench/tree_view_speed.py times it)
     assert texts(panel) == ["(prompt)", "0.50  ab  ⟶ p 0.25"] and not panel._old_rows
+
+
+def live_rows() -> int:
+    """Every QTreeWidgetItem this process holds (a freed row leaves no wrapper behind)."""
+    import gc
+
+    gc.collect()
+    return sum(1 for thing in gc.get_objects() if isinstance(thing, QTreeWidgetItem))
+
+
+def shown_rows(tree) -> int:
+    pending, count = [tree.invisibleRootItem()], 0
+    while pending:
+        item = pending.pop()
+        count += item.childCount()
+        pending.extend(item.child(i) for i in range(item.childCount()))
+    return count
+
+
+def test_rows_replaced_by_a_rebuild_or_a_new_seed_run_are_freed(qtbot, panel):
+    before = live_rows()  # the prompt's row, and what other tests left (no event runs here to change that)
+    for first in range(1, 200, 40):  # a new tree, then a deleted branch (a rebuild) in it, five times
+        views = chain(first, 0, "abcd") + chain(first + 4, first + 1, "xy") + chain(first + 6, first + 1, "zw")
+        panel.update_tree(True, views, [first, first + 1, first + 4])
+        panel.update_tree(False, [NodeView(first + 6, first + 1, "z", 0.5, "model", deleted=True)], [first])
+    while panel._old_rows:
+        panel._drop_old_rows()
+    assert live_rows() - before + 1 == shown_rows(panel.tree) == 4  # the prompt, "a·b", "cd", "xy" (before: 36)
+    seeds_panel = SeedsPanel()
+    qtbot.addWidget(seeds_panel)
+    nodes = (SeedNode(0, None, None, "", 2), SeedNode(1, 0, 1, "a", 1), SeedNode(2, 0, 2, "b", 1))
+    run = SeedRun("", (0, 1), {0: (step("a", 0.5),), 1: (step("b", 0.5),)}, nodes)
+    before = live_rows()
+    for _ in range(5):
+        seeds_panel._show_tree(run)
+    seeds_panel.clear("gone")
+    assert live_rows() == before and seeds_panel.seed_tree.topLevelItemCount() == 0  # before: 10 rows kept
+
+
+def test_the_panel_keeps_one_context_menu_at_a_time(qtbot, panel):
+    from PySide6.QtCore import QEvent
+    from PySide6.QtWidgets import QApplication, QMenu
+
+    panel.update_tree(True, chain(1, 0, "ab") + chain(3, 1, "x"), [1, 2])
+    for _ in range(5):
+        action(panel.menu_for(3), "pinBranchAction").trigger()  # triggered, never exec'd: left to the panel
+    panel.menu_for(2).deleteLater()  # or deleted by its caller
+    QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    panel.menu_for(3)
+    QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    assert len(panel.findChildren(QMenu)) == 1  # before: 6, with 42 actions

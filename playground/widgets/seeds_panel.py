@@ -62,7 +62,6 @@ class SeedsPanel(QWidget):
         self.seed_tree.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.seed_tree.setToolTip("the tree the seeds drew: ×n seeds passed through a row; a run of tokens they "
                                   "all share is one row; bold: at least half the seeds")  # fmt: skip
-        self._seed_rows: list[QTreeWidgetItem] = []  # the tree's rows, freed one by one on the next run
         self.start = ""  # where the run shown started, when not at the end of the text (start_text)
 
         row = QHBoxLayout()
@@ -86,8 +85,7 @@ class SeedsPanel(QWidget):
             return False
         self.completions.clear()
         if self.seed_tree.topLevelItemCount():
-            free_rows([self.seed_tree.takeTopLevelItem(0), *self._seed_rows])
-            self._seed_rows = []
+            free_rows(self.seed_tree.takeTopLevelItem(0))
         self.summary.setText(why)
         self.start = ""
         return True
@@ -118,8 +116,7 @@ class SeedsPanel(QWidget):
     def _show_tree(self, run) -> None:
         """The seeds' tree, built detached and attached at once (thousands of nodes in a few ms)."""
         if self.seed_tree.topLevelItemCount():
-            free_rows([self.seed_tree.takeTopLevelItem(0), *self._seed_rows])
-        self._seed_rows = []
+            free_rows(self.seed_tree.takeTopLevelItem(0))
         children: dict[int, list] = {node.id: [] for node in run.nodes}
         for node in run.nodes[1:]:
             children[node.parent].append(node)
@@ -138,7 +135,6 @@ class SeedsPanel(QWidget):
                 run_nodes.append(children[run_nodes[-1].id][0])
             text = "".join(shown(node.token) for node in run_nodes)
             row = QTreeWidgetItem(parent_row, [f"×{first.count}  {text}"])
-            self._seed_rows.append(row)
             wrote = html.escape(repr(text))
             row.setToolTip(0, f"{first.count} of {len(run.seeds)} seeds wrote <code>{wrote}</code> here")
             if first.count >= wide:

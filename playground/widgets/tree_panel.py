@@ -15,6 +15,7 @@ Deleted nodes (rare), a deleted branch brought back (undo) and a new tree rebuil
 import bisect
 import math
 
+import shiboken6
 from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import (
@@ -105,6 +106,7 @@ class TreePanel(QWidget):
         layout.addWidget(self.summary)
         layout.addWidget(self.tree, 1)
         self._old_rows, self.items = [], {}
+        self._menu: QMenu | None = None  # the context menu made last (menu_for): one at a time
         self._fonts = {}  # (bold, unvisited) -> the row's font
         for bold in (False, True):
             for italic in (False, True):
@@ -311,7 +313,7 @@ class TreePanel(QWidget):
                 self._logp[node] = self._logp[self.views[node].parent] + log10_of(self.views[node].probability)
         position = self.tree.verticalScrollBar().value()
         if self.tree.topLevelItemCount():  # the old rows are freed a moment later (thousands: 10 ms)
-            self._old_rows.append((self.tree.takeTopLevelItem(0), self.items))
+            self._old_rows.append(self.tree.takeTopLevelItem(0))
             QTimer.singleShot(DROP_AFTER_MS, self._drop_old_rows)
         self.runs, self.head, self.items, self._body = {0: [0]}, {0: 0}, {}, {0: ""}
         self._bold: set[int] = set()
@@ -366,8 +368,7 @@ class TreePanel(QWidget):
 
     def _drop_old_rows(self) -> None:
         if self._old_rows:
-            root, items = self._old_rows.pop(0)
-            free_rows([root, *items.values()])
+            free_rows(self._old_rows.pop(0))
 
     def _new_row(self, head: int, run: list[int]) -> QTreeWidgetItem:
         item = QTreeWidgetItem()
@@ -516,7 +517,9 @@ class TreePanel(QWidget):
     def menu_for(self, node_id: int) -> QMenu:
         """The context menu of the row holding this node. It acts on the row: rename and pin on the node of
         the row that has a name or a pin (else the row's last node), delete from the row's first node (the row
-        and everything under it), expand and compare from its last node."""
+        and everything under it), expand and compare from its last node. The panel keeps it until the next one
+        (one whose action is triggered without exec() is not left behind: 7 QActions each)."""
+        self._drop_menu()
         head = self.head[node_id]
         run, last = self.runs[head], self.runs[head][-1]
         named = self._marked(head, self._named)
@@ -556,7 +559,13 @@ class TreePanel(QWidget):
         compare.setObjectName("compareBranchesAction")
         compare.triggered.connect(lambda: self.compareRequested.emit(last, self._active_end()))
         compare.setEnabled(last != self._active_end())
+        self._menu = menu
         return menu
+
+    def _drop_menu(self) -> None:
+        if self._menu is not None and shiboken6.isValid(self._menu):  # its caller may have deleted it already
+            self._menu.deleteLater()
+        self._menu = None
 
     def _under(self, node: int, ancestor: int) -> bool:
         while node is not None and node != ancestor:
@@ -574,14 +583,20 @@ class TreePanel(QWidget):
             return
         menu = self.menu_for(item.data(0, LAST))
         menu.exec(self.tree.viewport().mapToGlobal(pos))
-        menu.deleteLater()
+        self._drop_menu()
 
 
-def free_rows(items: list[QTreeWidgetItem]) -> None:
-    """Delete detached rows one by one, each without children: deleting a deep tree from its root costs time
-    quadratic in its depth (5,000 nested rows: 1.6 s), this linear (5,000 rows: a few ms)."""
-    detached = [item.takeChildren() for item in items]
-    del detached, items
+def free_rows(root: QTreeWidgetItem) -> None:
+    """Free a detached tree of rows, its deepest rows first, each taken from its parent with removeChild. Deleting
+    a deep tree from its root costs time quadratic in its depth (5,000 nested rows: 1.6 s), this linear (a few
+    ms). Not takeChildren: PySide leaves the rows it detaches owned by C++, so they and their Python wrappers
+    were never freed (~30 KB a cycle of expand, go to, delete and step)."""
+    rows, level = [], [root]
+    while level:
+        rows.extend(level)
+        level = [item.child(i) for item in level for i in range(item.childCount())]
+    for item in reversed(rows[1:]):
+        item.parent().removeChild(item)  # now Python's: freed with the last reference to it, childless
 
 
 def _short(probability, digits: int = 2) -> str:
