@@ -84,6 +84,8 @@ class GenerationWorker(QObject):
         self.session: engine.Session | None = None  # this thread's only: the GUI reads the SessionView
         self._handled = 0  # session commands (start, reset) handled, for the SessionView
         self._stop = threading.Event()
+        self._stop_lock = threading.Lock()  # request_stop (GUI thread) and a run's end (_end_run) in turn
+        self._work_stopped = False  # request_stop told the model to stop its work: the run's end undoes it
         self._cancel_load = threading.Event()
         self.closing = threading.Event()  # set by WorkerThread.shutdown: loads are cancelled, for good
         self._loaded_here = False  # a model this worker loaded is its own to close (a server's connections)
@@ -101,8 +103,14 @@ class GenerationWorker(QObject):
 
     # --- called from the GUI thread ----------------------------------------------------------------
     def request_stop(self) -> None:
-        """Thread-safe: the running generation stops before its next step."""
-        self._stop.set()
+        """Thread-safe: the running generation stops now. The step in progress ends at the model's next check
+        (stop_work: a grammar's step between chunks of the vocabulary, llama.cpp's decode at its next graph
+        node), else before the next step; the model works again once the run has ended (_end_run)."""
+        with self._stop_lock:
+            self._stop.set()
+            if self._generating and hasattr(self.model, "stop_work"):
+                self.model.stop_work()
+                self._work_stopped = True
 
     def cancel_load(self) -> None:
         """Thread-safe: a model being loaded is dropped at its next progress report (the old one stays)."""
@@ -156,7 +164,10 @@ class GenerationWorker(QObject):
             try:
                 step = self.session.step(stream=True)  # a server may stream several tokens per request
             except Exception as error:  # noqa: BLE001 - the message reaches the person; the app stays usable
-                self._generating = False
+                if self._stop.is_set() and self._work_stopped:  # Stop ended the step (nothing was logged)
+                    self._finish(STOPPED_BY_YOU)
+                    return
+                self._end_run()
                 self.session.interrupt()
                 self._publish()
                 self.busyChanged.emit(False)
@@ -172,8 +183,16 @@ class GenerationWorker(QObject):
                 break
         QMetaObject.invokeMethod(self, "_tick", Qt.ConnectionType.QueuedConnection)
 
-    def _finish(self, reason: str) -> None:
+    def _end_run(self) -> None:
+        """The run is over: the model works again if Stop stopped it (unless the window is closing)."""
         self._generating = False
+        with self._stop_lock:  # after request_stop's, or before it (then it sees no run, and stops nothing)
+            if self._work_stopped and not self.closing.is_set():
+                self.model.stop_work(False)
+            self._work_stopped = False
+
+    def _finish(self, reason: str) -> None:
+        self._end_run()
         self.session.interrupt()  # a server's stream closes at once
         self._publish()
         figures = self.run_clock.figures()

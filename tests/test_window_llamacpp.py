@@ -3,13 +3,19 @@ a character such as 🍕 (f0 9f 8d 95) over tokens that each decode to U+FFFD. W
 view, the chart's bars and title, the hover) shows the character once its bytes are complete and the bytes
 as hex (‹f0 9f›) until then, never U+FFFD; the steps' ids stay the model's own."""
 
+import threading
+import time
+
 import pytest
 from conftest import shown_window
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QMetaObject, Qt
 from PySide6.QtWidgets import QCheckBox, QComboBox, QLabel, QPlainTextEdit, QPushButton
 from test_window import WAIT, click_bar, generate, step, type_prompt
 
+import engine
+
 pytest.importorskip("llama_cpp")
+QUEUED = Qt.ConnectionType.QueuedConnection
 
 FFFD = "\ufffd"
 # One token of SmolLM2's vocabulary is the character U+FFFD itself: a bar may show that one as it is.
@@ -225,6 +231,35 @@ def test_a_grammar_from_the_examples_constrains_the_answer_and_the_chart_shows_i
         qtbot.mouseClick(win.findChild(QPushButton, "resetButton"), Qt.MouseButton.LeftButton)
         qtbot.mouseClick(win.findChild(QPushButton, "generateButton"), Qt.MouseButton.LeftButton)
     assert "the grammar does not parse" in blocker.args[0] and "expecting ')'" in blocker.args[0]
+
+
+def test_stop_ends_a_long_grammar_step_at_once_and_the_next_run_works(qtbot, win, smollm2):
+    """Issue 25: Stop did nothing until a grammar's step was over (10 s, 90 s for the issue's grammars). Now
+    the Stop button tells the model to stop its work, and the step ends between chunks of the vocabulary."""
+    grammar = "root ::= (" + " ".join(['"a"?'] * 60) + ' " ")+'  # every step checks each token against ~60 stacks
+    win.findChild(QPlainTextEdit, "grammarEdit").setPlainText(grammar)  # 0.3-0.5 s a step here
+    type_prompt(qtbot, win, "Write:")
+    win.controls.max_tokens.setValue(8)
+    stop_button, stepped_at = win.findChild(QPushButton, "stopButton"), []
+
+    def on_step(_step):  # in the worker's thread as each step is done: Stop is clicked a quarter into the 4th
+        stepped_at.append(time.perf_counter())
+        if len(stepped_at) == 3:
+            quarter = (stepped_at[2] - stepped_at[1]) / 4
+            threading.Timer(quarter, QMetaObject.invokeMethod, (stop_button, "click", QUEUED)).start()
+
+    win.controller.worker.stepped.connect(on_step, Qt.ConnectionType.DirectConnection)
+    try:
+        assert generate(qtbot, win) == "stopped by you"
+    finally:
+        win.controller.worker.stepped.disconnect(on_step)
+    step_s = stepped_at[2] - stepped_at[1]
+    stopped_s = time.perf_counter() - stepped_at[2] - step_s / 4  # from the click
+    assert len(stepped_at) == 3 and stopped_s < step_s / 3, (stopped_s, step_s)  # was the step's rest: 3/4
+    assert not smollm2.work_stopped and "failed" not in win.message_label.text()
+    generate(qtbot, win)
+    assert len(win.session().steps) > 3  # the model works again: the next run went on
+    assert engine.replay(win.session().trace(), smollm2).identical
 
 
 def test_the_story_model_offers_healing_but_no_grammar(qtbot, window):
