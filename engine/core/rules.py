@@ -1,8 +1,8 @@
-"""Trigger rules: when the text ends with a trigger, insert text, make a constrained choice, or call a tool."""
+"""Trigger rules: when the text ends with a trigger, insert text, make a constrained choice, or call a tool.
+A regex trigger is matched within bounds (engine/core/patterns.py)."""
 
 import itertools
 import os
-import re
 import selectors
 import signal
 import subprocess
@@ -13,12 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.core.checks import checked_float, checked_int
+from engine.core.patterns import compile_trigger, trigger_matches
 
 
 @dataclass(frozen=True)
 class Rule:
-    """When the text ends with `when` (with regex=True: a match of it ends at the end of the text), do
-    exactly one of: insert fixed text, choose among options, or insert what a tool returns."""
+    """When the text ends with `when` (with regex=True: a match of it, starting among the text's last
+    RULE_REACH characters, ends at the end of the text), do exactly one of: insert fixed text, choose among
+    options, or insert what a tool returns."""
 
     when: str
     insert: str | None = None
@@ -44,18 +46,16 @@ class Rule:
         if self.tool is not None and not callable(self.tool):
             raise ValueError(f"rule {self.when!r}: tool must be callable (text so far) -> str")
         if self.regex:
-            try:
-                object.__setattr__(self, "_pattern", re.compile(f"(?:{self.when})\\Z"))
-            except re.error as error:
-                raise ValueError(f"rule {self.when!r}: not a valid regular expression: {error}") from None
+            object.__setattr__(self, "_pattern", compile_trigger(self.when))
 
     @property
     def action(self) -> str:
         return "insert" if self.insert is not None else "choose" if self.choose is not None else "tool"
 
     def matches(self, text: str) -> bool:
+        """Whether the trigger ends the text; SlowRule (a ValueError) when a regex one takes too long to tell."""
         if self.regex:
-            return self._pattern.search(text) is not None
+            return trigger_matches(self._pattern, self.when, text)
         return text.endswith(self.when)
 
     def describe(self) -> dict:
