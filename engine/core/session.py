@@ -16,6 +16,7 @@ from engine.core.healing import healer_for
 from engine.core.patterns import SlowRule
 from engine.core.rules import Rule
 from engine.core.settings import Settings
+from engine.core.settings import known_settings as _known
 from engine.core.steps import Candidates, Step
 from engine.core.tree import INSERTED, Tree, shared_prefix
 
@@ -756,15 +757,6 @@ def generate(model, prompt, max_new_tokens=60, temperature=0.0, top_k=None, top_
     session = Session(model, prompt, max_new_tokens, temperature, top_k, top_p, min_p, seed, **samplers)
     session.run()
     return session.result()
-
-
-def _known(samplers: dict) -> dict:
-    """The keyword arguments, if each names a setting (else a ValueError listing the settings)."""
-    names = set(Settings.__dataclass_fields__)
-    unknown = sorted(set(samplers) - names)
-    if unknown:
-        raise ValueError(f"unknown setting {unknown[0]!r}; settings are {sorted(names)}")
-    return samplers
 
 
 def _checked_scales(scales, layers: int, heads: int) -> tuple[tuple[int, int, float], ...]:
