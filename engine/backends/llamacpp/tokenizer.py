@@ -5,6 +5,7 @@ vocabulary says so. The chat template renders through the numpy engine's jinja2 
 """
 
 import ctypes
+import functools
 
 from engine.backends.gguf.chat_template import checked_template
 from engine.backends.gguf.tokenizer import GGUFTokenizer
@@ -61,6 +62,13 @@ class LlamaCppTokenizer:
                 raise ValueError(f"token id {token_id} is outside the vocabulary (0 to {self.vocab_size - 1})")
             piece = self._pieces[token_id] = self._piece(token_id)
         return piece
+
+    @functools.cached_property
+    def special_ids(self) -> frozenset[int]:
+        """Control and user-defined tokens (kept whole as their text): token healing never cuts one."""
+        self._check_open()
+        llama, whole = self._llama, self._llama.LLAMA_TOKEN_ATTR_CONTROL | self._llama.LLAMA_TOKEN_ATTR_USER_DEFINED
+        return frozenset(i for i in range(self.vocab_size) if llama.llama_vocab_get_attr(self._vocab, i) & whole)
 
     def close(self) -> None:
         """The model is freed: its vocabulary must not be read again."""
