@@ -191,3 +191,10 @@ def test_smollm2_keeps_a_control_token_at_the_end_of_a_healed_prompt_or_insert(b
     assert session.healing is None and session.steps[-1].token_id == end[0]
     ordinary = Session(model, "The capital of France is Par", heal=True, max_new_tokens=2)
     assert ordinary.healing is not None  # an ordinary word is still healed
+
+
+def test_a_rule_trigger_with_a_lone_surrogate_is_refused_before_it_can_break_the_traces_save():
+    with pytest.raises(ValueError, match="a rule's trigger holds a lone surrogate '\\\\ud800' at position 0"):
+        engine.Rule("\ud800", insert=" ben")
+    with pytest.raises(ValueError, match="a rule's trigger holds a lone surrogate"):
+        engine.Rule("now \udfff", insert=" ben", regex=True)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.core.checks import checked_float, checked_int
+from engine.core.checks import checked_float, checked_int, checked_text
 from engine.core.patterns import compile_trigger, trigger_matches
 
 
@@ -31,6 +31,7 @@ class Rule:
     def __post_init__(self):
         if not isinstance(self.when, str) or not self.when:
             raise ValueError(f"a rule's trigger must be a non-empty string, got {self.when!r}")
+        checked_text(self.when, "a rule's trigger")  # a lone surrogate would fail the trace's save
         actions = [a for a in ("insert", "choose", "tool") if getattr(self, a) is not None]
         if len(actions) != 1:
             raise ValueError(
