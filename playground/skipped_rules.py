@@ -16,6 +16,7 @@ class SkippedCommands(QObject):
         self.panel = panel
         self._told = False  # said in this run already
         self._fresh = True  # no step of this run seen yet: the text as the run found it is matched too
+        self._slow = []  # regex rules that took too long to match: no match, never tried again
 
     def run_begins(self) -> None:
         self._told, self._fresh = False, True
@@ -35,8 +36,19 @@ class SkippedCommands(QObject):
             texts.append(text)
         for text in texts:
             for row, rule in skipped:
-                if rule.matches(text):
+                if self._matches(rule, text):
                     self._told = True
                     self.said.emit(f"Rule {row + 1} runs a command: its trigger {rule.when!r} ended the text, "
                                    f"and it was {SKIPPED} (tick it in the Rules tab to run it)")  # fmt: skip
                     return
+
+    def _matches(self, rule, text: str) -> bool:
+        """A regex trigger too slow to tell (the engine's SlowRule, after its bounded time) is no match here,
+        and is not tried again: the GUI thread pays that time once."""
+        if rule in self._slow:
+            return False
+        try:
+            return rule.matches(text)
+        except ValueError:
+            self._slow.append(rule)
+            return False

@@ -306,9 +306,11 @@ class GenerationWorker(QObject):
     @Slot(object, int)
     def replay(self, trace: dict, request: int) -> None:
         """Replay a trace; the GUI gets the report with its request number (a late one it no longer
-        waits for is dropped there) and draws the replayed steps itself."""
+        waits for is dropped there) and draws the replayed steps itself. Reset and closing (request_stop)
+        stop it between two actions."""
+        self._stop.clear()
         try:
-            session, report = engine.replay_session(trace, self.model)
+            session, report = engine.replay_session(trace, self.model, cancelled=self._stop.is_set)
         except ValueError as error:
             self.failed.emit(f"replay failed: {error}")
             return

@@ -4,7 +4,8 @@ boundary itself instead of continuing from one it rarely saw (guidance's and tra
 
     backoff(ids)     how many tokens to cut from the end: one, or more where one is not enough (the cut text
                      is part of a character, or a token of the vocabulary spans the boundary before it); none
-                     after a line break
+                     after a line break, and never a special token (a control token such as <|im_end|>, or
+                     one the vocabulary keeps whole): spelled again, it would be plain text
     allowed(prefix)  the tokens that keep to a prefix still to spell: those that start with it, and those
                      that are a start of it (the rest is then spelled by the tokens after)
     advance(prefix, token_id)  what remains to spell after a token (None: done, or the token broke it)
@@ -23,13 +24,15 @@ MAX_BACKOFF_BYTES = 32
 
 @functools.lru_cache(maxsize=4)  # one per model in use: building it reads the whole vocabulary once
 def healer_for(tokenizer, vocab_size: int) -> "Healer":
-    return Healer([tokenizer.token_bytes(i) for i in range(vocab_size)])
+    special = getattr(tokenizer, "special_ids", frozenset())  # a tokenizer without special tokens has none
+    return Healer([tokenizer.token_bytes(i) for i in range(vocab_size)], special)
 
 
 class Healer:
-    def __init__(self, pieces: list[bytes]):
-        """pieces: each token's own bytes, index = id."""
+    def __init__(self, pieces: list[bytes], special=frozenset()):
+        """pieces: each token's own bytes, index = id; special: ids never cut (control, kept-whole tokens)."""
         self.pieces = pieces
+        self.special = frozenset(special)
         order = sorted((piece, token_id) for token_id, piece in enumerate(pieces) if piece)
         self._sorted = [piece for piece, _ in order]  # every non-empty piece, in byte order
         self._ids = np.array([token_id for _, token_id in order], dtype=np.int64)
@@ -61,6 +64,8 @@ class Healer:
             return 0
         count = 0
         while count < min(MAX_BACKOFF_TOKENS, len(ids) - keep):
+            if ids[len(ids) - count - 1] in self.special:
+                break  # the cut stops before a special token
             cut = b"".join(self.pieces[i] for i in ids[len(ids) - count - 1 :])
             if len(cut) > MAX_BACKOFF_BYTES:
                 break

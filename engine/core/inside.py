@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from engine.core.checks import MAX_INT, checked_int
 from engine.core.ranking import top_ids
 from engine.core.steps import TOP_CANDIDATES, Candidates
 
@@ -48,6 +49,21 @@ def checked_model(model) -> None:
     if not model.capabilities.inside:
         raise ValueError(f"{model.name} runs in a backend that does not show its layers (llama.cpp or a server "
                          "gives the scores only): the logit lens and attention need the numpy engine")  # fmt: skip
+
+
+def _checked_table(model, table) -> np.ndarray | None:
+    """A [layers, heads] table of head factors as Session.steer_heads allows them (-10 to 10), float32, or None:
+    a NaN or infinite factor would turn every probability into NaN."""
+    if table is None:
+        return None
+    allowed = f"None or a {model.heads_shape[0]} x {model.heads_shape[1]} table of factors from -10 to 10"
+    try:
+        table = np.asarray(table, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise ValueError(f"head_scales must be {allowed}") from None
+    if table.shape != tuple(model.heads_shape) or not (np.abs(table) <= 10).all():  # NaN fails <= too
+        raise ValueError(f"head_scales must be {allowed}")
+    return table
 
 
 def softmax_rows(scores) -> np.ndarray:  # [..., V] -> [..., V], float32
@@ -88,6 +104,8 @@ def inside_view(model, token_ids, grid_positions: int = GRID_POSITIONS, head_sca
     """Everything the window's Inside tab shows for the next token after token_ids, from one forward pass
     (head_scales: a session's steered heads, Session.head_table)."""
     checked_model(model)
+    grid_positions = checked_int("grid_positions", grid_positions, 1, MAX_INT, "an int >= 1 (the lens grid's columns)")
+    head_scales = _checked_table(model, head_scales)
     inside = model.inside(token_ids) if head_scales is None else model.inside(token_ids, head_scales=head_scales)
     n = inside.residuals.shape[0] - 1
     last = np.vstack([model.unembed(inside.residuals[:-1, -1]), inside.scores[None]])  # [layers + 1, V]

@@ -4,13 +4,19 @@ Replay repeats the log (sample, stream, force, insert, choose, rewind, settings,
 expand, delete, name, pin, undo) on a session of the same
 starting settings, so the forward passes run in the same chunks and the steps come out bit for bit the
 same on the same machine. It runs no rule and no tool: what they inserted is in the log.
+
+The work a trace may ask for is bounded by what it holds: a tree only grows (deleted nodes keep their ids), so
+replay makes no more nodes than the trace's tree had ("tree_size"). An action naming a node beyond it is refused
+before any work; an expansion's budget is cut to that size (an expansion recorded reaching no more nodes than
+the tree holds, and a budget at least that big makes the very same ones); a replay whose tree outgrows it
+stops there. `cancelled()` -> True (the window: Reset, closing) stops it between actions and levels.
 """
 
 from dataclasses import dataclass
 
 from engine.core.session import Session
 from engine.core.steps import Step
-from engine.core.trace import SCHEMA_V1, SCHEMA_V2, settings_as_recorded, validate_trace
+from engine.core.trace import SCHEMA_V1, SCHEMA_V2, WITH_TREE, settings_as_recorded, validate_trace
 
 
 @dataclass(frozen=True)
@@ -42,15 +48,21 @@ def _shown(value) -> str:
     return repr(value) if not isinstance(value, float) else f"{value:.17g}"
 
 
-def replay(trace: dict, model) -> ReplayReport:
+MADE_WITHOUT_SIZE = 10_000  # nodes an active-branch trace without "tree_size" (older files) may add to its own
+
+
+def replay(trace: dict, model, cancelled=None) -> ReplayReport:
     """Re-run the trace's actions on a fresh session (no rules: what they inserted is in the actions) and
     compare every step with the recorded one."""
-    return replay_session(trace, model)[1]
+    return replay_session(trace, model, cancelled)[1]
 
 
-def replay_session(trace: dict, model):
-    """-> (the replayed Session, its ReplayReport); the window keeps the session to continue from."""
+def replay_session(trace: dict, model, cancelled=None):
+    """-> (the replayed Session, its ReplayReport); the window keeps the session to continue from.
+    cancelled() -> True stops the replay between two actions (or an expansion's levels): a note says so."""
     validate_trace(trace)
+    most_nodes = nodes_allowed(trace)
+    _check_named_nodes(trace["actions"], most_nodes)
     notes = []
     recorded_model, this_model = trace["model"], model.describe()
     if recorded_model["weights_sha256"] != this_model["weights_sha256"] or recorded_model.get("url") != this_model.get(
@@ -68,9 +80,16 @@ def replay_session(trace: dict, model):
     stopped = None
     for index, action in enumerate(trace["actions"]):
         try:
+            if cancelled is not None and cancelled():
+                raise ValueError(f"cancelled, {len(trace['actions']) - index} of {len(trace['actions'])} actions left")
             if action["kind"] == "settings":  # as the trace's engine ran them (its greedy)
                 action = dict(action, settings=settings_as_recorded(trace, action["settings"]))
+            elif action["kind"] == "expand":  # the same nodes, at most as many as the trace's tree holds
+                action = dict(action, budget=min(action["budget"], most_nodes - 1), cancelled=cancelled)
             _perform(session, action)
+            if len(session.tree.nodes) > most_nodes:
+                raise ValueError(f"the replay has made {len(session.tree.nodes)} nodes, more than the "
+                                 f"{most_nodes} of the trace's tree")  # fmt: skip
         except ValueError as error:
             stopped = f"replay stopped at action {index} ({action['kind']}): {error}"
             notes.append(stopped)
@@ -89,6 +108,25 @@ def replay_session(trace: dict, model):
                      "tokens for the same seed (batching, prefix caches, threads)")  # fmt: skip
         report = ReplayReport(report.identical, report.steps, report.first_difference, tuple(notes))
     return session, report
+
+
+def nodes_allowed(trace: dict) -> int:
+    """The nodes (the root too) a replay of this trace may make: its whole tree's; a trace without a tree
+    (schema 1-3) is one branch, each step taken once (those rewound too)."""
+    if trace["schema"] not in WITH_TREE:
+        return 1 + len(trace["steps"]) + sum(a["n"] for a in trace["actions"] if a["kind"] == "rewind")
+    held = len(trace["tree"]["nodes"])
+    if trace.get("branches", "all") == "all":
+        return held
+    return trace.get("tree_size", held + MADE_WITHOUT_SIZE)
+
+
+def _check_named_nodes(actions: list[dict], most_nodes: int) -> None:
+    """ValueError, before any work, for an action naming a node the trace's tree never had."""
+    for index, action in enumerate(actions):
+        if action["kind"] in ("goto", "delete", "name", "pin") and action["node"] >= most_nodes:
+            raise ValueError(f"trace field 'actions[{index}]': a {action['kind']} names node {action['node']}, "
+                             f"but the trace's tree holds {most_nodes} nodes")  # fmt: skip
 
 
 def _compare(recorded: list[dict], replayed: list[dict], notes) -> ReplayReport:
@@ -169,7 +207,9 @@ def _perform(session, action: dict) -> None:
     elif kind == "expand":
         from engine.core.expand import Expansion
 
-        session.expand(**{key: action[key] for key in Expansion.__dataclass_fields__})
+        expansion = {key: action[key] for key in Expansion.__dataclass_fields__}
+        if session.expand(**expansion, cancelled=action["cancelled"]).cancelled:
+            raise ValueError("cancelled during an expansion")
     elif kind == "delete":
         session.delete_branch(action["node"])
     elif kind == "name":

@@ -1,8 +1,8 @@
-"""Trigger rules: when the text ends with a trigger, insert text, make a constrained choice, or call a tool."""
+"""Trigger rules: when the text ends with a trigger, insert text, make a constrained choice, or call a tool.
+A regex trigger is matched within bounds (engine/core/patterns.py)."""
 
 import itertools
 import os
-import re
 import selectors
 import signal
 import subprocess
@@ -12,13 +12,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.core.checks import checked_float, checked_int
+from engine.core.checks import checked_float, checked_int, checked_text
+from engine.core.patterns import compile_trigger, trigger_matches
 
 
 @dataclass(frozen=True)
 class Rule:
-    """When the text ends with `when` (with regex=True: a match of it ends at the end of the text), do
-    exactly one of: insert fixed text, choose among options, or insert what a tool returns."""
+    """When the text ends with `when` (with regex=True: a match of it, starting among the text's last
+    RULE_REACH characters, ends at the end of the text), do exactly one of: insert fixed text, choose among
+    options, or insert what a tool returns."""
 
     when: str
     insert: str | None = None
@@ -29,6 +31,7 @@ class Rule:
     def __post_init__(self):
         if not isinstance(self.when, str) or not self.when:
             raise ValueError(f"a rule's trigger must be a non-empty string, got {self.when!r}")
+        checked_text(self.when, "a rule's trigger")  # a lone surrogate would fail the trace's save
         actions = [a for a in ("insert", "choose", "tool") if getattr(self, a) is not None]
         if len(actions) != 1:
             raise ValueError(
@@ -44,18 +47,16 @@ class Rule:
         if self.tool is not None and not callable(self.tool):
             raise ValueError(f"rule {self.when!r}: tool must be callable (text so far) -> str")
         if self.regex:
-            try:
-                object.__setattr__(self, "_pattern", re.compile(f"(?:{self.when})\\Z"))
-            except re.error as error:
-                raise ValueError(f"rule {self.when!r}: not a valid regular expression: {error}") from None
+            object.__setattr__(self, "_pattern", compile_trigger(self.when))
 
     @property
     def action(self) -> str:
         return "insert" if self.insert is not None else "choose" if self.choose is not None else "tool"
 
     def matches(self, text: str) -> bool:
+        """Whether the trigger ends the text; SlowRule (a ValueError) when a regex one takes too long to tell."""
         if self.regex:
-            return self._pattern.search(text) is not None
+            return trigger_matches(self._pattern, self.when, text)
         return text.endswith(self.when)
 
     def describe(self) -> dict:

@@ -12,7 +12,7 @@ import numbers
 from dataclasses import dataclass
 
 from engine.core.checks import checked_text
-from engine.core.settings import Settings
+from engine.core.settings import Settings, known_settings
 from engine.core.steps import Step
 
 
@@ -39,7 +39,7 @@ def score(model, text, **settings) -> ScoreResult:
     records show at every stage; the raw model's probabilities do not depend on them). ValueError for an
     empty text, one the tokenizer cannot encode (naming the character), one of a single token, or one longer
     than the model's context (the numbers named)."""
-    settings = Settings(**settings).check_vocab(model.vocab_size)
+    settings = Settings(**known_settings(settings)).check_vocab(model.vocab_size)
     ids = ids_to_score(model, text)
     steps = model.open_context().score(ids, settings)  # a server: by echo where it echoes
     return score_result(model, text, ids, steps, settings)
@@ -72,6 +72,8 @@ def _token_ids(model, text) -> list[int]:
         if not checked_text(text):
             raise ValueError("the text to score is empty")
         return list(model.tokenizer.encode(text))  # UnknownCharacterError names a character it cannot encode
+    if isinstance(text, (bytes, dict)) or not hasattr(text, "__iter__"):
+        raise ValueError(f"the text to score must be a string or a list of token ids, got {text!r:.40}")
     ids, size = list(text), model.vocab_size  # None: a server that does not say
     if not all(isinstance(i, numbers.Integral) and not isinstance(i, bool) and 0 <= i < (size or 2**63) for i in ids):
         raise ValueError("token ids must be ints from 0" + (f" to {size - 1}" if size else " up"))

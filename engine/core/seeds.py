@@ -54,6 +54,8 @@ class SeedRun:
 def checked_seeds(seeds) -> tuple[int, ...]:
     from engine.core.settings import MAX_SEED
 
+    if isinstance(seeds, (str, bytes, dict)) or not hasattr(seeds, "__iter__"):
+        raise ValueError(f"seeds must be a list (or range) of ints from 0 to {MAX_SEED}, got {seeds!r:.40}")
     seeds = tuple(seeds)
     if not 1 <= len(seeds) <= MAX_SEEDS:
         raise ValueError(f"give 1 to {MAX_SEEDS:,} seeds, not {len(seeds):,}")

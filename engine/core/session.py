@@ -13,8 +13,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from engine.core.healing import healer_for
+from engine.core.patterns import SlowRule
 from engine.core.rules import Rule
 from engine.core.settings import Settings
+from engine.core.settings import known_settings as _known
 from engine.core.steps import Candidates, Step
 from engine.core.tree import INSERTED, Tree, shared_prefix
 
@@ -66,6 +68,7 @@ class Session:
         self._forced: int | None = None  # force_token's token, taken by the next step
         self._returned = 0  # steps handed out by step(); a rule's several steps go out one per call
         self._fired: set[tuple[int, int]] = set()  # (rule index, text length) where a rule fired
+        self.slow_rules: list[Rule] = []  # regex rules disabled for taking too long to match (an event says so)
         self._prompt_score = None  # score_prompt's, once asked for
         self.head_scales: tuple[tuple[int, int, float], ...] = ()  # steer_heads': (layer, head, factor)
         self.head_table: np.ndarray | None = None  # the same as [layers, heads] factors (None: as trained)
@@ -600,12 +603,23 @@ class Session:
     def _fire_rules(self) -> bool:
         """Let the first rule whose trigger ends the text act, once per occurrence. True if it added steps."""
         for index, rule in enumerate(self.rules):
-            if (index, len(self.text)) in self._fired or not rule.matches(self.text):
+            if (index, len(self.text)) in self._fired or not self._matches(rule):
                 continue
             self._fired.add((index, len(self.text)))
             if self._act(rule):
                 return True
         return False
+
+    def _matches(self, rule: Rule) -> bool:
+        """Whether the rule's trigger ends the text; a regex one too slow to tell is disabled, with an event."""
+        if rule in self.slow_rules:
+            return False
+        try:
+            return rule.matches(self.text)
+        except SlowRule as error:
+            self.slow_rules.append(rule)
+            self.events.append(f"{error}: disabled for this session")
+            return False
 
     def _act(self, rule: Rule) -> bool:
         self.interrupt()  # an open stream would go on from the text as it was before the rule
@@ -743,15 +757,6 @@ def generate(model, prompt, max_new_tokens=60, temperature=0.0, top_k=None, top_
     session = Session(model, prompt, max_new_tokens, temperature, top_k, top_p, min_p, seed, **samplers)
     session.run()
     return session.result()
-
-
-def _known(samplers: dict) -> dict:
-    """The keyword arguments, if each names a setting (else a ValueError listing the settings)."""
-    names = set(Settings.__dataclass_fields__)
-    unknown = sorted(set(samplers) - names)
-    if unknown:
-        raise ValueError(f"unknown setting {unknown[0]!r}; settings are {sorted(names)}")
-    return samplers
 
 
 def _checked_scales(scales, layers: int, heads: int) -> tuple[tuple[int, int, float], ...]:

@@ -160,6 +160,15 @@ class Settings:
         return data
 
 
+def known_settings(values: dict) -> dict:
+    """The keyword arguments, if each names a setting (else a ValueError listing the settings)."""
+    names = set(Settings.__dataclass_fields__)
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise ValueError(f"unknown setting {unknown[0]!r}; settings are {sorted(names)}")
+    return values
+
+
 def _flag(name: str, value) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise ValueError(f"{name} must be true or false, got {value!r:.40}")
@@ -199,6 +208,8 @@ def _breakers(value) -> tuple[str, ...]:
     breakers = _sequence("dry_sequence_breakers", value, allowed)
     if len(breakers) > 32 or not all(isinstance(b, str) and 0 < len(b) <= 40 for b in breakers):
         raise ValueError(f"dry_sequence_breakers must be {allowed}, got {value!r:.60}")
+    for breaker in breakers:  # a lone surrogate would fail every step's encoding, and the trace's save
+        checked_text(breaker, "a DRY sequence breaker")
     return breakers
 
 

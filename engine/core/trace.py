@@ -9,12 +9,13 @@ same.
     {"schema": "token-playground/trace/5", "engine_version", "created_utc",
      "model": {"name", "weights_sha256"}, "prompt", "prompt_text", "prompt_token_ids", "settings": {... "seed"},
      "rules": [described], "actions": [...], "steps": [Step.to_dict()...], "tree": {"nodes": [...]},
-     "path": [the node of each step], "text", "stopped", "events"}
+     "tree_size", "path": [the node of each step], "text", "stopped", "events"}
 
 "tree" holds every branch the session took (engine/core/tree.py): nodes with an id and a parent id, each with
 its step; "path" the active branch. A "goto" action puts another branch back; "expand" grows the tree
 (engine/core/expand.py); "delete", "name" and "pin" edit it, "undo" takes back the last of those; "heads" scales attention heads (Session.steer_heads). "branches": "active" marks a trace exported with
-the active branch alone (its tree is that one path, numbered 1..n; the action log is whole and replays). Schema 3 had no tree: it opens
+the active branch alone (its tree is that one path, numbered 1..n; the action log is whole and replays;
+"tree_size" says how many nodes the whole tree had, which bounds the nodes replay may make). Schema 3 had no tree: it opens
 as one branch (its steps).
 
 A step's "candidates" are {"token_ids", "tokens", "raw", "stages": {stage name: probabilities}, "removed_by":
@@ -76,6 +77,7 @@ def session_trace(session, branches: str = "all", record=None) -> dict:
         "steps": [record(step) for step in session.steps],
         "branches": branches,
         "tree": session.tree.to_dict(only=session.path if active else None, record=record),
+        "tree_size": len(session.tree.nodes),  # the whole tree's nodes: bounds what replay may make
         "path": list(range(1, len(session.path) + 1)) if active else list(session.path),
         "text": session.text,
         "stopped": session.stopped,
@@ -152,6 +154,9 @@ def validate_trace(trace) -> None:
             )
         ):
             raise ValueError("trace field 'path' must hold a node of the tree for each step")
+        size = trace.get("tree_size", len(trace["tree"]["nodes"]))
+        if not isinstance(size, int) or isinstance(size, bool) or size < len(trace["tree"]["nodes"]):
+            raise ValueError("trace field 'tree_size' must be an int, at least the nodes its tree holds")
         if trace.get("branches", "all") not in BRANCHES:
             raise ValueError(f"trace field 'branches' must be one of {BRANCHES}, got {trace['branches']!r:.40}")
         if trace.get("branches") == "active" and (

@@ -6,10 +6,9 @@ pre-tokenizer follows tokenizer.ggml.pre (the split rules llama.cpp uses for tha
 the file asks for it. A "chat format" renders a prompt with the file's own chat template (jinja2).
 """
 
-import jinja2
-import jinja2.sandbox
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 
+from engine.backends.gguf.chat_template import TemplateLimit, checked_template, render
 from engine.core.checks import checked_text
 
 CONTROL, USER_DEFINED = 3, 4  # llama.cpp token types
@@ -78,11 +77,14 @@ class GGUFTokenizer:
         self.vocab_size = len(spec["tokens"])
         self.bos_id = spec.get("bos_id")
         self.add_bos = bool(spec.get("add_bos")) and self.bos_id is not None
-        self.chat_template = spec.get("chat_template")
         self.bos_text, self.eos_text = spec.get("bos_text", ""), spec.get("eos_text", "")
+        self.chat_template, self.chat_template_problem = checked_template(
+            spec.get("chat_template"), self.bos_text, self.eos_text
+        )
         self.pre = spec["pre"]
         self.special_tokens = {spec["tokens"][i]: i for i, kind in enumerate(spec["token_types"]) if kind == CONTROL}
         self._added_ids = {i for i, kind in enumerate(spec["token_types"]) if kind in (CONTROL, USER_DEFINED)}
+        self.special_ids = frozenset(self._added_ids)  # kept whole: token healing never cuts one
 
     def encode(self, text: str) -> list[int]:
         checked_text(text)  # `tokenizers` raises TypeError on a lone surrogate
@@ -114,17 +116,15 @@ class GGUFTokenizer:
             return self.decode([token_id]).encode("utf-8")
 
     def chat_prompt(self, user_text: str, system: str | None = None) -> str:
-        """The prompt as the model was trained to see a user's turn (the file's chat template)."""
+        """The prompt as the model was trained to see a user's turn (the file's chat template, rendered within
+        limits: engine/backends/gguf/chat_template.py). A template that runs past one is not run again."""
         if not self.chat_template:
-            raise ValueError("this model file has no chat template")
+            raise ValueError(self.chat_template_problem or "this model file has no chat template")
         messages = ([{"role": "system", "content": system}] if system else []) + [
             {"role": "user", "content": user_text}
         ]
-        environment = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         try:
-            template = environment.from_string(self.chat_template)
-            return template.render(
-                messages=messages, add_generation_prompt=True, bos_token=self.bos_text, eos_token=self.eos_text
-            )
-        except jinja2.TemplateError as error:
-            raise ValueError(f"the model's chat template failed: {error}") from None
+            return render(self.chat_template, messages, self.bos_text, self.eos_text)
+        except TemplateLimit as error:
+            self.chat_template, self.chat_template_problem = None, f"the model's chat template is not used: {error}"
+            raise ValueError(self.chat_template_problem) from None

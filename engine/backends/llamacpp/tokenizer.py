@@ -5,7 +5,9 @@ vocabulary says so. The chat template renders through the numpy engine's jinja2 
 """
 
 import ctypes
+import functools
 
+from engine.backends.gguf.chat_template import checked_template
 from engine.backends.gguf.tokenizer import GGUFTokenizer
 from engine.core.checks import checked_text
 
@@ -21,7 +23,7 @@ class LlamaCppTokenizer:
         eos = llama.llama_vocab_eos(vocab)
         self.bos_text = self._piece(self.bos_id).decode("utf-8", "replace") if self.bos_id is not None else ""
         self.eos_text = self._piece(eos).decode("utf-8", "replace") if 0 <= eos < self.vocab_size else ""
-        self.chat_template = chat_template
+        self.chat_template, self.chat_template_problem = checked_template(chat_template, self.bos_text, self.eos_text)
         self._pieces: dict[int, bytes] = {}
 
     chat_prompt = GGUFTokenizer.chat_prompt  # the same jinja2 rendering: chat_template, bos_text, eos_text
@@ -60,6 +62,13 @@ class LlamaCppTokenizer:
                 raise ValueError(f"token id {token_id} is outside the vocabulary (0 to {self.vocab_size - 1})")
             piece = self._pieces[token_id] = self._piece(token_id)
         return piece
+
+    @functools.cached_property
+    def special_ids(self) -> frozenset[int]:
+        """Control and user-defined tokens (kept whole as their text): token healing never cuts one."""
+        self._check_open()
+        llama, whole = self._llama, self._llama.LLAMA_TOKEN_ATTR_CONTROL | self._llama.LLAMA_TOKEN_ATTR_USER_DEFINED
+        return frozenset(i for i in range(self.vocab_size) if llama.llama_vocab_get_attr(self._vocab, i) & whole)
 
     def close(self) -> None:
         """The model is freed: its vocabulary must not be read again."""
