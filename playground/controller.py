@@ -526,7 +526,10 @@ class Controller(QObject):
         self.feed.flush()
 
     def _on_changed(self, view) -> None:
+        before = self.known.view
         self.known.publish(view)
+        if view.events > (before.events if before.handled == view.handled else 0) and not self.known.discarding:
+            self._set_status(f"Session note: {view.last_event}")  # a slow rule disabled, a rule that could not act
         if view.prompt is not None and not self.known.discarding and self.trace_viewed is None:
             self.window.stop_reason.setText(self._stop_label(view))
         self._show_healing(view.healing if view.prompt is not None and self.trace_viewed is None else None)

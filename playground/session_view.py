@@ -17,6 +17,8 @@ class SessionView:
     stopped: str | None = None  # why the session stopped, or None
     generating: bool = False  # a run (Generate) is going on
     healing: str | None = None  # token healing: the text the next steps must spell first (cut from the end)
+    events: int = 0  # how many events the session has noted (a rule that could not act, a slow rule disabled)
+    last_event: str | None = None  # the latest of them: the status bar shows each new one
 
 
 class KnownSession:

@@ -651,8 +651,9 @@ class GenerationWorker(QObject):
         if session is None:
             view = SessionView(self._handled, generating=self._generating)
         else:
+            events = session.events
             view = SessionView(self._handled, session.prompt, len(session.steps), session.stopped, self._generating,
-                               session.healing)  # fmt: skip
+                               session.healing, len(events), events[-1] if events else None)  # fmt: skip
         self.changed.emit(view)
         if session is not None:
             self._send_tree(session)

@@ -5,7 +5,7 @@ import json
 
 import pytest
 from PySide6.QtCore import QSettings
-from test_window import WAIT, generate, step
+from test_window import WAIT, generate, step, type_prompt
 
 from playground import MainWindow
 
@@ -104,3 +104,17 @@ def test_a_damaged_gguf_cache_is_rebuilt_and_said(qtbot, window, tmp_path, monke
     assert window.message_label.text().startswith("tiny is loaded, but the float32 cache")
     assert "rebuilding it from the GGUF file" in window.message_label.text()
     assert window.model.name == "tiny"
+
+
+def test_a_rule_too_slow_to_match_is_disabled_and_the_status_bar_names_it(qtbot, window):
+    """Issue 25: a regex that backtracks (every way to split a run of "a "s) cost a step seconds, more with
+    each character; now it is tried for 0.1 s, disabled, and the person reads which rule it was."""
+    window.rules_panel.add_rule("(a |a a )+b", "insert", " c", regex=True)
+    type_prompt(qtbot, window, "mia has " + "a " * 34 + "ball")
+    window.controls.max_tokens.setValue(3)
+    assert generate(qtbot, window) == "max_new_tokens"
+    assert window.message_label.text() == (
+        "Session note: rule '(a |a a )+b': its regular expression took over 0.1 s to match the text's last "
+        "1,000 characters: disabled for this session"
+    )
+    assert len(window.session().steps) == 3  # the run went on
