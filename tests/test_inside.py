@@ -113,7 +113,7 @@ def test_bad_ids_are_refused(story_model):
 
 def test_the_colour_copying_head_of_the_story_model(story_model):
     """Where the model writes the first sentence's colour again, head 4 of its block puts most of its weight on
-    that colour (averaged over the 60 dev stories; the README names it with this figure)."""
+    that colour (averaged over the 60 dev stories; docs/inside.md names it with this figure)."""
     from engine.story.colour_head import weight_on_colour
     from engine.story.corpus import split
 
