@@ -97,7 +97,7 @@ class Step:
     stage_ranks: tuple[tuple[str, int], ...] = ()  # the token's rank after each stage (1 = best, 0 = removed)
     xtc_draw: float | None = None  # XTC's draw at this step (None: XTC was off, or the step was not sampled)
     healing: str | None = None  # token healing: the text this step had to start with (None: no healing)
-    # how unsure the model was (README, "Uncertainty"), in nats, over the whole vocabulary; None: not known
+    # how unsure the model was (docs/engine.md, "Uncertainty"), in nats, over the whole vocabulary; None: not known
     # (a server reports its top N only)
     entropy: float | None = None  # of the raw distribution (temperature 1, no filter)
     final_entropy: float | None = None  # of the distribution the token was drawn from (after every stage)

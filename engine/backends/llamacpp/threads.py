@@ -4,7 +4,7 @@ ggml's threads wait for each other at every operation by spinning. A thread that
 window's own GUI thread, a compiler, a test run, another program) holds up all the others until the
 scheduler brings it back, so a count that fills the machine collapses as soon as anything else runs.
 Measured on this project's 2-core machine (`python bench/llamacpp_threads.py [--busy 1]`: SmolLM2 through
-engine.Session, 1 and 2 threads taking turns in each round; medians, ranges in the README):
+engine.Session, 1 and 2 threads taking turns in each round; medians, ranges in docs/models.md):
 - beside the other work of a shared machine: decode 62-67 tokens/s at 1 thread, 12-15 at 2 (6-97); the
   first token of a chat prompt 0.32-0.35 s at 1 thread, 0.4-1.0 s at 2 (0.2-2.7);
 - with one more busy process: 37 against 2.8 tokens/s; first token 0.47 against 5.3 s;
