@@ -41,6 +41,7 @@ class LensGrid(QTableWidget):
             header.setTextElideMode(Qt.TextElideMode.ElideRight)
         self.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 4)
         self._p = None  # the grid's probabilities, for recolouring
+        self._widths: list[int] = []  # each column's own width (at most CELL_CHARS)
 
     def fill(self, view, position_tokens, grid_tokens, ranks) -> None:
         """Rows: layers; columns: the grid's positions (+ the chosen token's rank); items reused in place."""
@@ -68,10 +69,26 @@ class LensGrid(QTableWidget):
         self._colour()
         self.resizeColumnsToContents()
         widest = CELL_CHARS * self.fontMetrics().averageCharWidth()
-        for column in range(self.columnCount()):
-            self.setColumnWidth(column, min(self.columnWidth(column), widest))
-        bar = self.horizontalScrollBar()  # the newest positions (and the chosen's rank) come first to the eye
-        QTimer.singleShot(0, lambda: bar.setValue(bar.maximum()))  # once the table is laid out
+        self._widths = [min(self.columnWidth(column), widest) for column in range(self.columnCount())]
+        QTimer.singleShot(0, self.show_newest)  # once the table is laid out
+
+    def show_newest(self) -> None:
+        """Scroll to the newest positions (and the chosen's rank), which come first to the eye. The columns that
+        fit share the room left over, so the first of them starts at the grid's edge: none is cut from the left
+        (Qt's last scroll step aligns the last column to the right edge)."""
+        room, shown = self.viewport().width(), 0
+        while shown < len(self._widths) and sum(self._widths[-shown - 1 :]) <= room:
+            shown += 1
+        extra = room - sum(self._widths[len(self._widths) - shown :]) if shown < len(self._widths) else 0
+        for column, width in enumerate(self._widths):
+            share = extra // shown + (column == len(self._widths) - 1) * (extra % shown) if shown else 0
+            self.setColumnWidth(column, width + (share if column >= len(self._widths) - shown else 0))
+        self.horizontalScrollBar().setValue(self.horizontalScrollBar().maximum())
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        if self._widths:
+            QTimer.singleShot(0, self.show_newest)
 
     def set_palette(self, palette: str) -> None:
         self.palette_name = palette
@@ -88,7 +105,7 @@ class LensGrid(QTableWidget):
                     cell.setBackground(QColor(*colour(float(self._p[row, column]), self.palette_name), CELL_ALPHA))
 
     def clear_view(self) -> None:
-        self._p = None
+        self._p, self._widths = None, []
         self.setRowCount(0)
         self.setColumnCount(0)
 
