@@ -37,10 +37,3 @@ def colour(value: float, palette: str = DEFAULT_PALETTE) -> tuple[int, int, int]
 def table(palette: str = DEFAULT_PALETTE, size: int = 256) -> list[tuple[int, int, int]]:
     """size colours evenly from 0 to 1: a lookup table for an image."""
     return [colour(i / (size - 1), palette) for i in range(size)]
-
-
-def ends(palette: str = DEFAULT_PALETTE) -> str:
-    """Words for the scale's two ends, for hints and tooltips ("dark blue (unlikely) to yellow (likely)")."""
-    if palette == "cividis":
-        return "dark blue (unlikely) to yellow (likely)"
-    return "red (unlikely) to green (likely)"

@@ -28,7 +28,7 @@ SOURCE_COLORS = {
     "expanded": "#2f80ed",
 }  # readable on light and dark
 EMPTY_HINT = (
-    "The model's text appears here, each token on a color from dark blue (unlikely) to yellow (likely). "
+    "The model's text appears here, each token on a color for how likely it was (the legend below: the scale). "
     "Press Generate (Ctrl+Return) or Step (Ctrl+→)."
 )
 SHADE_ALPHA = (0.30, 0.50)  # alternate tokens: neighbours of similar probability still show where each ends
