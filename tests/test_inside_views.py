@@ -112,3 +112,22 @@ def child(panel, kind, name):
     found = panel.findChild(kind, name)
     assert found is not None, name
     return found
+
+
+def test_the_window_on_smollm2_shows_every_layer_and_head_readably(qtbot, prefs, smol):
+    """The real window on SmolLM2 (numpy), driven by keys: Alt+5 brings Inside forward, Ctrl+Right steps."""
+    from conftest import shown_window
+    from test_window_shortcuts import press
+
+    win = shown_window(qtbot, engine.load_model("smollm2", backend="numpy"), prefs)
+    win.controls.prompt.setPlainText("The cat sat on the")
+    press(qtbot, win, "Alt+5")
+    assert win.inside_panel.isVisible()
+    with qtbot.waitSignal(win.controller.inside.shown, timeout=60000) as done:
+        press(qtbot, win, "Ctrl+Right")
+    assert done.args[0].view.attention.shape[:2] == (30, 9)
+    assert win.inside_panel.lens.rowCount() == 31
+    assert win.inside_panel.grid_image().shape == (30, 9) and win.inside_panel.head_map.colour_bar.isVisible()
+    heads = win.inside_panel.grid_image()
+    assert (heads.max(axis=1) - heads.min(axis=1) > 0.99).all()  # in every layer the heads span the scale
+    win.close()

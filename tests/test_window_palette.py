@@ -62,3 +62,13 @@ def test_a_forced_token_is_marked_by_weight_and_underline_not_colour_alone(qtbot
     assert forced.fontWeight() == QFont.Weight.Bold and forced.fontUnderline()
     assert "probability" in win.token_view.tooltip_html(1)  # the number, not only its colour
     win.close()
+
+
+def test_the_tokens_tooltip_gives_the_number_of_each_colour_mode(qtbot, story_model, prefs):
+    win = shown_window(qtbot, story_model, prefs)
+    step(qtbot, win)
+    first = win.token_view.steps()[0]
+    tip = win.token_view.tooltip_html(0)
+    assert f"probability {first.probability:.4f}" in tip and f"rank {first.model_rank}" in tip
+    assert f"surprisal {first.surprisal:.2f} nats" in tip and f"entropy {first.entropy:.2f} nats" in tip
+    win.close()

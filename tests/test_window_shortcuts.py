@@ -11,6 +11,9 @@ from playground.shortcuts import ShortcutsDialog, shortcut_rows
 
 def press(qtbot, win, keys: str) -> None:
     """The key sequence as a person types it, to the window's focused widget."""
+    if not win.isActiveWindow():  # a person's keys go to the window they work in
+        win.activateWindow()
+        qtbot.waitUntil(win.isActiveWindow, timeout=5000)
     combo = QKeySequence(keys)[0]
     target = QApplication.focusWidget() or win
     qtbot.keyClick(target, combo.key(), combo.keyboardModifiers())

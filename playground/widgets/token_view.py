@@ -366,6 +366,9 @@ class TokenView(QPlainTextEdit):
         else:
             rank = f"rank {step.model_rank}" if step.model_rank else "rank unknown"
             numbers = f"probability {step.probability:.4f} &nbsp; model {step.model_probability:.4f}, {rank}"
+        measures = [f"{name} {value:.2f} nats" for name, value in (("surprisal", step.surprisal),
+                    ("entropy", step.entropy)) if value is not None]  # fmt: skip
+        numbers += "<br>" + " &nbsp; ".join(measures) if measures else ""  # what every colour mode paints
         ranks = rank_text(step)
         if ranks:
             ranks = f"rank by stage: {html.escape(ranks)}<br>"
