@@ -179,11 +179,13 @@ class ShortcutsDialog(QDialog):
         for row, texts in enumerate(rows):
             for column, text in enumerate(texts):
                 self.table.setItem(row, column, QTableWidgetItem(text))
-        self.table.resizeColumnsToContents()
+        self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 6)
+        self.table.resizeColumnsToContents()  # whole names: the dialog is as wide as its table
         self.table.horizontalHeader().setStretchLastSection(True)
+        width = sum(self.table.columnWidth(c) for c in range(3)) + self.table.verticalScrollBar().sizeHint().width()
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
         layout.addWidget(self.table)
         layout.addWidget(buttons)
-        self.resize(520, 560)
+        self.resize(width + 40, 560)
