@@ -28,9 +28,12 @@ import engine
 from .controller import Controller
 from .errors import ExceptionHook
 from .model_picker import example_prompt
+from .palette import DEFAULT_PALETTE, PALETTES
 from .recovery import RecoveryBanner
 from .remembered import RememberedReader, notes_text, prompt_to_remember, quoted
 from .run_speed import runtime_text
+from .shortcuts import install as install_shortcuts
+from .shortcuts import palette_menu
 from .widgets.chart import DistributionChart
 from .widgets.comparison_panel import ComparisonPanel
 from .widgets.controls import Controls
@@ -121,6 +124,8 @@ class MainWindow(QMainWindow):
         self.controls.samplers.changed.connect(self._mark_sampler_problem)
         self.exception_hook = ExceptionHook(self.controller.show_error)  # a failing slot reaches the status bar
         self.exception_hook.install()
+        self.shortcut_actions = install_shortcuts(self)  # Run, Go, View, Help: every command on the keyboard
+        self.palette_actions = palette_menu(self, DEFAULT_PALETTE, self.set_palette)
         self._restore()
         self.controller.check_prompt()
 
@@ -232,7 +237,15 @@ class MainWindow(QMainWindow):
             self.colour_by.setCurrentText(mode)  # comes back here through the signal
             return
         self.token_view.set_colour_mode(mode)
-        self.legend.setText(legend_html(self.token_view.colour_mode()))
+        self.legend.setText(legend_html(self.token_view.colour_mode(), self.token_view.palette_name))
+
+    def set_palette(self, palette: str) -> None:
+        """Paint probabilities with this colour scale (playground/palette.py): the tokens, the legend, Inside."""
+        self.token_view.set_palette(palette)
+        self.inside_panel.set_palette(palette)
+        self.legend.setText(legend_html(self.token_view.colour_mode(), palette))
+        for name, action in self.palette_actions.items():
+            action.setChecked(name == palette)
 
     def _menu(self) -> None:
         file_menu = self.menuBar().addMenu("&File")
@@ -315,8 +328,8 @@ class MainWindow(QMainWindow):
         self.side_tabs.setCurrentIndex(read.index("sideTab", self.side_tabs.count(), "side tab"))
         read.notes += self.restore_settings(self.model, notes=read.notes)
         self.chart.set_stage(read.choice("stage", self.chart.stages(), "final", "chart stage"))
+        self.set_palette(read.choice("palette", PALETTES, DEFAULT_PALETTE, "colour palette"))
         self.set_colour_mode(read.choice("colourBy", COLOUR_MODES, COLOUR_MODES[0], "colour by"))
-        self.legend.setText(legend_html(self.token_view.colour_mode()))
         rank_by = self.uncertainty_strip.rank_by
         ranks = [rank_by.itemText(index) for index in range(rank_by.count())]
         rank_by.setCurrentText(read.choice("leastConfidentBy", ranks, "surprisal", "least confident by"))
@@ -375,6 +388,7 @@ class MainWindow(QMainWindow):
         self.prefs.setValue("stage", self.chart.stage())
         self.prefs.setValue("sideTab", self.side_tabs.currentIndex())
         self.prefs.setValue("colourBy", self.colour_by.currentText())
+        self.prefs.setValue("palette", self.token_view.palette_name)
         self.prefs.setValue("leastConfidentBy", self.uncertainty_strip.rank_by.currentText())
         self.prefs.sync()
 

@@ -4,7 +4,7 @@ import numpy as np
 import pyqtgraph as pg
 import pytest
 from PySide6.QtCore import QPointF, Qt
-from PySide6.QtWidgets import QComboBox, QLabel, QSlider, QTableWidget, QTextBrowser
+from PySide6.QtWidgets import QCheckBox, QComboBox, QLabel, QSlider, QTableWidget, QTextBrowser
 
 import engine
 from playground.widgets.inside_panel import InsidePanel, strip_map
@@ -138,8 +138,15 @@ def test_the_strip_shows_the_texts_tokens_escaped(qtbot, panel, story):
     assert len(panel.strip_weights()) == len(tokens)
 
 
+def strips(panel):
+    """The map's cells as strips of weights over the text, each scaled to its own max (not the default)."""
+    child(panel, QComboBox, "headStatistic").setCurrentText("weights over the text")
+    child(panel, QCheckBox, "headPerLayer").setChecked(False)
+
+
 def test_the_map_has_a_strip_per_layer_and_head_each_scaled_to_its_max(panel, story):
     view, *_ = story
+    strips(panel)
     layers, heads, positions = view.attention.shape
     image = panel.grid_image()
     assert image.shape == (2 * layers - 1, heads * (positions + 1) - 1) == (1, 191)
@@ -167,6 +174,7 @@ def test_strip_map_puts_layer_one_on_top_with_gap_rows():
 
 
 def test_cell_at_maps_an_image_point_to_a_layer_and_head(panel, story):
+    strips(panel)
     positions = story[0].attention.shape[-1]  # 23: each head's strip and its gap take 24 pixels
     assert panel.cell_at(0.5, 0.5) == (0, 0)
     assert panel.cell_at(5 * (positions + 1) + 3.2, 0.9) == (0, 5)
@@ -178,6 +186,7 @@ def test_cell_at_maps_an_image_point_to_a_layer_and_head(panel, story):
 
 
 def test_a_click_on_the_map_picks_that_layer_and_head(qtbot, panel, story):
+    strips(panel)
     positions = story[0].attention.shape[-1]
     scene = panel.image.mapToScene(QPointF(5 * (positions + 1) + positions / 2, 0.5))
     point = panel.grid.mapFromScene(scene)

@@ -268,6 +268,11 @@ class DistributionChart(QWidget):
             self._stage_row.addWidget(button)
         self.set_stage(chosen)
 
+    def click_row(self, row: int) -> None:
+        """Force the token of bar `row` (0: the most probable) as a click on its bar would (the keyboard's way)."""
+        if self._candidates is not None and 0 <= row < len(self._candidates.token_ids):
+            self.barClicked.emit(self._candidates.token_ids[row], self._candidates.tokens[row])
+
     def shown(self) -> list[tuple[str, float]]:
         """(token, probability) per bar as drawn now, for tests and screenshots."""
         if self._candidates is None:

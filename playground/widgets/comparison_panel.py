@@ -25,7 +25,9 @@ from PySide6.QtWidgets import (
 )  # fmt: skip
 
 DISAGREEMENTS = 10  # rows of the list
-COLORS = {"first": "#27ae60", "second": "#8e44ad", "divergence": "#e67e22"}  # up, down, the KL line
+# Okabe-Ito's bluish green, reddish purple and orange: told apart with any colour vision (and by shape: bars up,
+# bars down, a line)
+COLORS = {"first": "#009e73", "second": "#cc79a7", "divergence": "#e69f00"}  # up, down, the KL line
 PLOT_HEIGHT = 92
 Y_CAP = 12.0  # nats: one wild span does not squash the rest
 

@@ -7,7 +7,7 @@ and while one of its fields holds something the engine refuses, Generate and Ste
 import random
 
 from PySide6.QtCore import QSize, Qt, Signal
-from PySide6.QtGui import QColor, QKeySequence, QShortcut, QTextCharFormat, QTextCursor
+from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -144,13 +144,6 @@ class Controls(QWidget):
         for button, signal in ((self.generate, self.generateClicked), (self.step, self.stepClicked),
                                (self.stop, self.stopClicked), (self.reset, self.resetClicked)):  # fmt: skip
             button.clicked.connect(signal)
-        for keys, signal, checked in (("Ctrl+Return", self.generateClicked, True),
-                                      ("Ctrl+Enter", self.generateClicked, True), ("Ctrl+Right", self.stepClicked, True),
-                                      ("Escape", self.stopClicked, False), ("Ctrl+R", self.resetClicked, False)):  # fmt: skip
-            shortcut = QShortcut(QKeySequence(keys), self)
-            shortcut.setContext(Qt.ShortcutContext.WindowShortcut)
-            # Generate and Step wait, as their buttons do, until the samplers' fields hold what the engine takes
-            shortcut.activated.connect(self._when_settings_ok(signal) if checked else signal.emit)
 
         for spin in (self.temperature, self.top_k, self.top_p, self.min_p, self.seed, self.max_tokens):
             spin.setKeyboardTracking(False)
@@ -262,6 +255,13 @@ class Controls(QWidget):
                    "min_p": not settings["min_p"]}  # fmt: skip
         self.samplers.show_active({stage: checked.active(stage) and not neutral.get(stage, False)
                                    for stage in engine.SAMPLERS})  # fmt: skip
+
+    def run_commands(self) -> list[tuple[str, tuple[str, ...], object]]:
+        """(name, keys, slot) of the run's commands, which the window gives shortcuts (playground/shortcuts.py).
+        Generate and Step wait, as their buttons do, until the samplers' fields hold what the engine takes."""
+        return [("Generate", ("Ctrl+Return", "Ctrl+Enter"), self._when_settings_ok(self.generateClicked)),
+                ("Step", ("Ctrl+Right",), self._when_settings_ok(self.stepClicked)),
+                ("Stop", ("Escape",), self.stopClicked.emit), ("Reset", ("Ctrl+R",), self.resetClicked.emit)]  # fmt: skip
 
     def _when_settings_ok(self, signal):
         def emit():

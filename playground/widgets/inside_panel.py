@@ -3,8 +3,8 @@ each attention head looks. Above: a slider over the lens layers (0 = the embeddi
 own distribution, which the controller then shows in the main chart) with that layer's top token, and the lens
 grid: a row per layer, a column per recent position, each cell the layer's most probable next token there.
 Below: one head's (or the mean of the heads') attention of the last position over the text, as a heat strip
-of the text's tokens and its five most attended positions, and a map of every layer (rows) x head (columns):
-each cell a strip of the weights over the positions, scaled to its own maximum; a click on a cell picks it.
+of the text's tokens and its five most attended positions, and a heat map of every layer (rows) x head
+(columns) (head_map.py); a click on a cell picks it. The lens grid is lens_grid.py.
 
 The widget only lays out: the controller fills it from an engine InsideView (show_view) and acts on
 layerChosen and headChosen. The map's ImageItem is created once and updated in place (setImage)."""
@@ -12,49 +12,28 @@ layerChosen and headChosen. The map's ImageItem is created once and updated in p
 import html
 
 import numpy as np
-import pyqtgraph as pg
-from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QPalette
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QComboBox,
     QHBoxLayout,
     QLabel,
     QPushButton,
     QSlider,
     QSplitter,
-    QTableWidget,
-    QTableWidgetItem,
     QTextBrowser,
     QVBoxLayout,
     QWidget,
 )  # fmt: skip
 
+from .head_map import HeadMap, strip_map
+from .lens_grid import LensGrid, quoted
 from .scroll_column import ScrollColumn
-from .tree_panel import shown
 
+__all__ = ["InsidePanel", "strip_map"]
 TOP_ATTENDED = 5  # positions listed under the strip
 STRIP_HEIGHT = 90
-MAP_HEIGHT = 160
-LENS_GREEN = (39, 174, 96)  # a lens cell's background, its alpha by the probability
-HEAT = (230, 126, 34)  # the strip's token backgrounds, blended into the base colour by the weight
-RANK_HEADER = "chosen's rank"
-
-
-def quoted(token: str) -> str:  # ' red': spaces as they are, a newline as ↵
-    return "'" + token.replace("\n", "↵") + "'"
-
-
-def strip_map(attention) -> np.ndarray:  # [L, H, T] -> [2L - 1, H (T + 1) - 1], NaN in the 1-pixel gaps
-    """Each (layer, head) strip scaled to its own maximum, laid out as a row of heads per layer, layer 1 on top."""
-    layers, heads, positions = attention.shape
-    peak = attention.max(axis=-1, keepdims=True)
-    scaled = np.divide(attention, peak, out=np.zeros(attention.shape, np.float32), where=peak > 0)
-    rows = np.full((layers, heads, positions + 1), np.nan, np.float32)
-    rows[:, :, :positions] = scaled
-    image = np.full((2 * layers - 1, heads * (positions + 1) - 1), np.nan, np.float32)
-    image[::2] = rows.reshape(layers, -1)[:, :-1]
-    return image
+HEAT = (230, 126, 34)  # the strip's token backgrounds, blended into the base colour by the weight (lightness)
 
 
 class InsidePanel(QWidget):
@@ -71,7 +50,6 @@ class InsidePanel(QWidget):
         self._chosen_text = ""
         self._ranks = None
         self._weights: list[float] = []
-        self._image = np.zeros((1, 1), np.float32)
         self._chosen_layer: str | None = None  # the lens layer picked with the slider (None: the model's own)
 
         self.unavailable = QLabel("", objectName="insideUnavailable")
@@ -87,16 +65,7 @@ class InsidePanel(QWidget):
         self.slider.valueChanged.connect(self._layer_moved)
         self.layer_label = QLabel("", objectName="insideLayerLabel")
         self.layer_label.setWordWrap(True)
-        self.lens = QTableWidget(objectName="lensGrid")
-        self.lens.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.lens.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)  # the slider's row: a bold header
-        self.lens.setToolTip("each layer's most probable next token after each position, and its probability")
-        small = self.lens.font()
-        small.setPointSizeF(max(6.0, small.pointSizeF() - 1))
-        self.lens.setFont(small)
-        for header in (self.lens.horizontalHeader(), self.lens.verticalHeader()):
-            header.setFont(small)
-        self.lens.verticalHeader().setDefaultSectionSize(self.lens.fontMetrics().height() + 4)
+        self.lens = LensGrid()
         self.lens.cellClicked.connect(lambda row, _column: self.slider.setValue(row))
         self.lens.verticalHeader().sectionClicked.connect(self.slider.setValue)
 
@@ -122,26 +91,9 @@ class InsidePanel(QWidget):
         self.top = QLabel("", objectName="attentionTop")
         self.top.setWordWrap(True)
         self.top.setTextFormat(Qt.TextFormat.PlainText)
-        self.grid = pg.GraphicsLayoutWidget()
-        self.grid.setObjectName("attentionGrid")
-        self.grid.setFixedHeight(MAP_HEIGHT)
-        self.grid.setToolTip("every layer (rows, layer 1 on top) x head (columns): each cell the head's weights "
-                             "over the text, left to right, scaled to its own maximum; click one to show it")  # fmt: skip
-        self.plot = self.grid.addPlot()
-        self.plot.setMenuEnabled(False)
-        self.plot.setMouseEnabled(x=False, y=False)
-        self.plot.hideButtons()
-        self.plot.invertY(True)  # row 0 (layer 1) on top
-        self.plot.setLabel("bottom", "head")
-        self.plot.setLabel("left", "layer")
-        self.image = pg.ImageItem(axisOrder="row-major")
-        self.image.setColorMap(pg.colormap.get("viridis"))
-        self.plot.addItem(self.image)
-        self.grid.scene().sigMouseClicked.connect(self._grid_clicked)
-        palette = self.palette()
-        self.grid.setBackground(palette.color(QPalette.ColorRole.Base))
-        for side in ("bottom", "left"):
-            self.plot.getAxis(side).setTextPen(palette.color(QPalette.ColorRole.Text))
+        self.head_map = HeadMap()
+        self.head_map.headClicked.connect(self.select_head)
+        self.grid, self.plot, self.image = self.head_map.grid, self.head_map.plot, self.head_map.image
 
         self.lens_part = lens_part = QWidget()
         lens_layout = QVBoxLayout(lens_part)
@@ -164,7 +116,7 @@ class InsidePanel(QWidget):
         attention_layout.addLayout(steering)
         attention_layout.addWidget(self.strip, 1)
         attention_layout.addWidget(self.top)
-        attention_layout.addWidget(self.grid)
+        attention_layout.addWidget(self.head_map)
         self.split = QSplitter(Qt.Orientation.Vertical)
         self.split.addWidget(lens_part)
         self.split.addWidget(attention_part)
@@ -209,13 +161,12 @@ class InsidePanel(QWidget):
 
     def _forget_view(self) -> None:
         self._view, self._ranks, self._position_tokens, self._grid_tokens = None, None, [], []
-        self._weights, self._image = [], np.zeros((1, 1), np.float32)
-        self.lens.setRowCount(0)
-        self.lens.setColumnCount(0)
+        self._weights = []
+        self.lens.clear_view()
         self.layer_label.setText("")
         self.strip.clear()
         self.top.setText("")
-        self.image.clear()
+        self.head_map.clear()
 
     def show_view(self, view, title: str, position_tokens, grid_tokens, chosen_id=None, chosen_text=None) -> None:
         """An engine InsideView with the texts of its tokens: position_tokens[t] at position t, grid_tokens[l][j]
@@ -237,51 +188,22 @@ class InsidePanel(QWidget):
         layers, heads, _ = view.attention.shape
         self._fill_combo(self.layer_combo, [f"layer {i}" for i in range(1, layers + 1)])
         self._fill_combo(self.head_combo, ["mean of heads", *(f"head {i}" for i in range(1, heads + 1))])
-        self._image = strip_map(view.attention)
-        self.image.setImage(self._image, levels=(0.0, 1.0))
-        self._map_axes(layers, heads, view.attention.shape[-1])
+        self.head_map.show_attention(view.attention, self._position_tokens)
         self._draw_strip()
 
     def _fill_lens(self, view) -> None:
-        """Rows: layers; columns: the grid's positions (+ the chosen token's rank); items reused in place."""
-        rows, columns = view.grid_top.shape
-        self.lens.setRowCount(rows)
-        self.lens.setColumnCount(columns + (self._ranks is not None))
-        names = [*view.layers[:-1], f"{view.layers[-1]} (the model)"]
-        headers = [shown(self._position_tokens[p]) for p in view.grid_positions]
-        self.lens.setVerticalHeaderLabels(names)
-        self.lens.setHorizontalHeaderLabels(headers + [RANK_HEADER] * (self._ranks is not None))
-        for column, position in enumerate(view.grid_positions):
-            self.lens.horizontalHeaderItem(column).setToolTip(f"after position {position}: "
-                                                              f"{quoted(self._position_tokens[position])}")  # fmt: skip
-        for row in range(rows):
-            for column in range(columns):
-                p = float(view.grid_p[row, column])
-                cell = self._cell(row, column, f"{shown(self._grid_tokens[row][column])} {p:.2f}")
-                cell.setBackground(QColor(*LENS_GREEN, int(round(200 * p))))
-            if self._ranks is not None:
-                self._cell(row, columns, str(int(self._ranks[row]))).setBackground(QColor(0, 0, 0, 0))
-        self.lens.resizeColumnsToContents()
-        bar = self.lens.horizontalScrollBar()  # the newest positions (and the chosen's rank) come first to the eye
-        QTimer.singleShot(0, lambda: bar.setValue(bar.maximum()))  # once the table is laid out
+        """The lens grid, sized to show its rows (a deep model's: half the tab)."""
+        self.lens.fill(view, self._position_tokens, self._grid_tokens, self._ranks)
+        rows = self.lens.rowCount()
         if rows != self._rows_sized and rows > 4:  # a deep model's lens gets half the tab, once per model
             self._rows_sized = rows
             total = sum(self.split.sizes())
             self.split.setSizes([total // 2, total - total // 2])
-        header = self.lens.horizontalHeader().height() + self.lens.horizontalScrollBar().sizeHint().height()
-        table = header + rows * self.lens.verticalHeader().defaultSectionSize() + 4
+        table = self.lens.rows_height()
         self.lens.setMaximumHeight(table)  # a small model's few rows leave the rest to the strip
         label = 2 * self.layer_label.fontMetrics().lineSpacing()  # it may wrap to two lines
         spacing = 2 * self.lens_part.layout().spacing()
         self.lens_part.setMaximumHeight(self.slider.sizeHint().height() + label + spacing + table)
-
-    def _cell(self, row: int, column: int, text: str) -> QTableWidgetItem:
-        cell = self.lens.item(row, column)
-        if cell is None:
-            cell = QTableWidgetItem()
-            self.lens.setItem(row, column, cell)
-        cell.setText(text)
-        return cell
 
     @staticmethod
     def _fill_combo(combo: QComboBox, items: list[str]) -> None:
@@ -295,16 +217,6 @@ class InsidePanel(QWidget):
         combo.setCurrentIndex(current)
         combo.blockSignals(False)
 
-    def _map_axes(self, layers: int, heads: int, positions: int) -> None:
-        every = max(1, -(-layers // 8))  # at most ~8 layer labels in the map's height
-        left = [(2 * i + 0.5, str(i + 1)) for i in range(0, layers, every)]
-        self.plot.getAxis("left").setTicks([left, []])
-        every = max(1, -(-heads // 16))
-        bottom = [(h * (positions + 1) + positions / 2, str(h + 1)) for h in range(0, heads, every)]
-        self.plot.getAxis("bottom").setTicks([bottom, []])
-        height, width = self._image.shape
-        self.plot.getViewBox().setRange(xRange=(0, width), yRange=(0, height), padding=0)
-
     def _layer_moved(self, k: int, emit: bool = True) -> None:
         view = self._view
         if view is not None:
@@ -316,15 +228,15 @@ class InsidePanel(QWidget):
             if self._ranks is not None:
                 text += f" · {quoted(self._chosen_text)} ranks {int(self._ranks[k])}"
             self.layer_label.setText(text)
-            for row in range(self.lens.rowCount()):
-                font = self.lens.verticalHeaderItem(row).font()
-                font.setBold(row == k)
-                self.lens.verticalHeaderItem(row).setFont(font)
+            self.lens.bold_row(k)
         if emit:
             self.layerChosen.emit(k)
 
     def _combo_changed(self) -> None:
         self._draw_strip()
+        layer, head = self.head()
+        if self._view is not None and head >= 0:  # the chosen head's numbers under the map
+            self.head_map.show_numbers(layer, head)
         self._show_ablate()
         self.headChosen.emit(*self.head())
 
@@ -368,23 +280,13 @@ class InsidePanel(QWidget):
         self.top.setText(" · ".join(f"{quoted(self._position_tokens[t])} {float(weights[t]):.2f}" for t in order))
 
     def cell_at(self, x: float, y: float) -> tuple[int, int] | None:
-        """The (layer, head) of the map's cell at image point (x, y); a gap belongs to the cell left of or above
-        it; None outside the image or before a view."""
-        if self._view is None:
-            return None
-        positions = self._view.attention.shape[-1]
-        height, width = self._image.shape
-        if not (0 <= x < width and 0 <= y < height):
-            return None
-        return int(y) // 2, int(x) // (positions + 1)
+        """The (layer, head) of the map's cell at image point (x, y) (head_map.HeadMap.cell_at)."""
+        return self.head_map.cell_at(x, y)
 
-    def _grid_clicked(self, event) -> None:
-        if event.button() != Qt.MouseButton.LeftButton:
-            return
-        point = self.image.mapFromScene(event.scenePos())
-        cell = self.cell_at(point.x(), point.y())
-        if cell is not None:
-            self.select_head(*cell)
+    def set_palette(self, palette: str) -> None:
+        """Paint the lens grid and the head map with this colour scale (playground/palette.py)."""
+        self.lens.set_palette(palette)
+        self.head_map.set_palette(palette)
 
     def select_head(self, layer: int, head: int) -> None:
         """Show this layer's head (-1: the mean of heads) in the combos and the strip, and emit headChosen."""
@@ -404,4 +306,4 @@ class InsidePanel(QWidget):
         return list(self._weights)
 
     def grid_image(self) -> np.ndarray:
-        return self._image
+        return self.head_map.grid_image()

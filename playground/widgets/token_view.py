@@ -12,6 +12,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor, QFont, QTextCharFormat, QTextCursor, QTextFormat
 from PySide6.QtWidgets import QPlainTextEdit, QTextEdit, QToolTip
 
+from ..palette import DEFAULT_PALETTE, colour
 from ..token_text import REPLACEMENT, candidate_label, incomplete_tail, pending_label, split_chars
 from .chart import stage_label
 
@@ -27,7 +28,7 @@ SOURCE_COLORS = {
     "expanded": "#2f80ed",
 }  # readable on light and dark
 EMPTY_HINT = (
-    "The model's text appears here, each token on a color from red (unlikely) to green (likely). "
+    "The model's text appears here, each token on a color for how likely it was (the legend below: the scale). "
     "Press Generate (Ctrl+Return) or Step (Ctrl+→)."
 )
 SHADE_ALPHA = (0.30, 0.50)  # alternate tokens: neighbours of similar probability still show where each ends
@@ -57,7 +58,7 @@ def colour_level(step, mode: str) -> float | None:
     return step.probability
 
 
-def legend_html(mode: str) -> str:
+def legend_html(mode: str, palette: str = DEFAULT_PALETTE) -> str:
     """The legend under the view for a colour mode: the scale's swatches, then the steered tokens' marks."""
     if mode == "surprisal":
         title, marks = "nats", [(s, 1 - s / SURPRISAL_TOP) for s in (0, 2, 4, 6, 8)]
@@ -71,7 +72,7 @@ def legend_html(mode: str) -> str:
     else:
         title, marks = "p", [(p, p) for p in (0.0, 0.25, 0.5, 0.75, 1.0)]
     swatches = "".join(
-        f'<span style="background-color: {probability_color(level).name(QColor.NameFormat.HexArgb)};">'
+        f'<span style="background-color: {probability_color(level, 0, palette).name(QColor.NameFormat.HexArgb)};">'
         f"&nbsp;{value if isinstance(value, str) else f'{value:g}'}&nbsp;</span>"
         for value, level in marks
     )
@@ -79,10 +80,10 @@ def legend_html(mode: str) -> str:
     return f"{title}: {swatches} &nbsp;&nbsp; steered tokens: {sources}"
 
 
-def probability_color(p: float, shade: int = 0) -> QColor:
-    """Red (unlikely) through yellow to green (likely), translucent so text stays readable on any palette;
+def probability_color(p: float, shade: int = 0, palette: str = DEFAULT_PALETTE) -> QColor:
+    """The palette's colour for p (playground/palette.py), translucent so text stays readable on any theme;
     shade 1 is the deeper tone every other token gets."""
-    color = QColor.fromHsvF(max(0.0, min(1.0, p)) / 3.0, 0.75, 0.95)
+    color = QColor(*colour(p, palette))
     color.setAlphaF(SHADE_ALPHA[shade])
     return color
 
@@ -142,6 +143,7 @@ class TokenView(QPlainTextEdit):
         self._selected = -1
         self._formats: dict[tuple[str, int, str, int], QTextCharFormat] = {}
         self._mode = COLOUR_MODES[0]
+        self.palette_name = DEFAULT_PALETTE  # the colour scale (playground/palette.py): set_palette
 
     def set_token_bytes(self, token_bytes) -> None:
         """token_bytes(token_id, token_text) -> the token's own bytes (from the model's tokenizer); None:
@@ -155,9 +157,17 @@ class TokenView(QPlainTextEdit):
         """Colour the tokens by this measure (one of COLOUR_MODES; another: drawn probability). The document
         is written again with the new formats, keeping the selection and the scroll position."""
         mode = mode if mode in COLOUR_MODES else COLOUR_MODES[0]
-        if mode == self._mode:
-            return
-        self._mode = mode
+        if mode != self._mode:
+            self._mode = mode
+            self._write_again()
+
+    def set_palette(self, palette: str) -> None:
+        """Paint the levels with this colour scale (one of palette.PALETTES); the document is written again."""
+        if palette != self.palette_name:
+            self.palette_name, self._formats = palette, {}
+            self._write_again()
+
+    def _write_again(self) -> None:
         if not self._steps:
             return
         selected, scroll = self._selected, self.verticalScrollBar().value()
@@ -356,6 +366,9 @@ class TokenView(QPlainTextEdit):
         else:
             rank = f"rank {step.model_rank}" if step.model_rank else "rank unknown"
             numbers = f"probability {step.probability:.4f} &nbsp; model {step.model_probability:.4f}, {rank}"
+        measures = [f"{name} {value:.2f} nats" for name, value in (("surprisal", step.surprisal),
+                    ("entropy", step.entropy)) if value is not None]  # fmt: skip
+        numbers += "<br>" + " &nbsp; ".join(measures) if measures else ""  # what every colour mode paints
         ranks = rank_text(step)
         if ranks:
             ranks = f"rank by stage: {html.escape(ranks)}<br>"
@@ -410,7 +423,7 @@ class TokenView(QPlainTextEdit):
         if fmt is None:
             fmt = self._formats[key] = QTextCharFormat()
             unknown = QColor(128, 128, 128, 50 + 40 * shade)
-            fmt.setBackground(probability_color(key[1] / COLOR_LEVELS, shade) if known else unknown)
+            fmt.setBackground(probability_color(key[1] / COLOR_LEVELS, shade, self.palette_name) if known else unknown)
             if step.source != "model":
                 fmt.setUnderlineStyle(QTextCharFormat.UnderlineStyle.SingleUnderline)
                 fmt.setUnderlineColor(QColor(SOURCE_COLORS[step.source]))
