@@ -32,8 +32,8 @@ from typing import Protocol
 
 import numpy as np
 
-from engine.core.settings import Settings
 from engine.core.inside import Inside
+from engine.core.settings import Settings
 from engine.core.steps import Candidates, Distributions, Step
 
 
@@ -115,7 +115,12 @@ class LocalSampling(Context, Protocol):
         draw from random()); dists: distributions(ids, settings) where the caller has them (XTC off)."""
 
     def alternatives(
-        self, ids: list[int], settings: Settings, token_ids: list[int], dists: Distributions, prefix: bytes | None = None
+        self,
+        ids: list[int],
+        settings: Settings,
+        token_ids: list[int],
+        dists: Distributions,
+        prefix: bytes | None = None,
     ) -> list[Step]:
         """A step ("expanded") for each of token_ids as the one after ids, all read from the one row at
         len(ids) and its distributions; nothing is drawn."""
