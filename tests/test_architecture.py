@@ -138,3 +138,55 @@ def test_no_engine_module_is_over_400_lines_but_the_known_ones():
     }
     grown = {name: lines for name, lines in over.items() if lines > ENGINE_MODULES_OVER.get(name, MAX_MODULE_LINES)}
     assert not grown, f"over {MAX_MODULE_LINES} lines (allowed: {ENGINE_MODULES_OVER}): {grown}"
+
+
+def called_on(receivers: set[str]) -> dict[str, set[str]]:
+    """Method name -> the core's files that call it on a context or backend: `context.m(...)`,
+    `self._context.m(...)`, `x.open_context().m(...)` for contexts; `model.m(...)`, `self.model.m(...)` for
+    backends (attributes named in receivers)."""
+    found: dict[str, set[str]] = {}
+    for path in sources("engine/core"):
+        if path.name == "contract.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            receiver = node.func.value
+            name = receiver.id if isinstance(receiver, ast.Name) else getattr(receiver, "attr", None)
+            if isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Attribute):
+                name = receiver.func.attr  # model.open_context().score_chunks(...)
+            if name in receivers:
+                found.setdefault(node.func.attr, set()).add(path.name)
+    return found
+
+
+def declared(*protocols: str) -> set[str]:
+    from engine.core import contract
+
+    return {name for protocol in protocols for name in dir(getattr(contract, protocol)) if not name.startswith("_")}
+
+
+def test_every_method_the_core_calls_on_a_context_is_in_the_contract():
+    called = called_on({"context", "_context", "open_context"})
+    missing = {m: sorted(files) for m, files in called.items() if m not in declared("LocalSampling", "HeadScaled")}
+    assert not missing, f"engine/core calls these on a context, but contract.py does not declare them: {missing}"
+
+
+def test_every_method_the_core_calls_on_a_backend_is_in_the_contract():
+    called = called_on({"model", "first_model", "second_model"})
+    called.pop("get", None)  # a trace's "model" field is a dict (trace.py, replay.py)
+    missing = {m: sorted(files) for m, files in called.items() if m not in declared("InsideBackend", "GrammarBackend")}
+    assert not missing, f"engine/core calls these on a backend, but contract.py does not declare them: {missing}"
+
+
+def test_each_backend_offers_the_methods_its_capabilities_promise():
+    import engine
+    from engine.backends.remote import RemoteContext, RemoteModel
+
+    model = engine.load_model()  # the story model: every capability but grammar and streaming
+    assert model.capabilities.full_distribution and model.capabilities.local_sampling and model.capabilities.inside
+    context = model.open_context()
+    assert declared("LocalSampling", "HeadScaled") <= set(dir(context))
+    assert declared("InsideBackend") - {"tokenizer", "capabilities"} <= set(dir(model))
+    assert declared("Context") <= set(dir(RemoteContext))  # a server: the base contract only
+    assert not RemoteModel.capabilities.full_distribution and not RemoteModel.capabilities.inside
