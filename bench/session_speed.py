@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent
-ROUNDS = 5
+ROUNDS = 9
 
 CHILD = r"""
 import json, time
@@ -25,7 +25,7 @@ import engine
 from engine import Rule, Session
 model = engine.load_model()
 rules = [Rule("xyz", insert=" a"), Rule(r"q+z", insert=" b", regex=True)]
-prompts = ["Once upon a time", "The little dog", "Tom and Sue went", "In the garden"]
+prompts = ["once upon a time", "the little dog", "tom and sue went", "in the garden"]
 steps, started = 0, time.perf_counter()
 for seed, prompt in enumerate(prompts * 3):
     session = Session(model, prompt, max_new_tokens=60, temperature=1.0, seed=seed, rules=rules)
