@@ -71,3 +71,45 @@ def checked_ids(ids, already: int, vocab_size: int, context_length: int) -> np.n
             f"cannot forward {array.size} tokens after {already}: the model has only {context_length} positions"
         )
     return array
+
+
+# --- what a session's steering is given (Session.force_token, insert_text, choose) --------------------------
+def checked_token_id(token_id, vocab_size: int | None) -> None:
+    """A token id of the vocabulary (vocab_size None: a server's, whose tokenizer says what is valid)."""
+    if not isinstance(token_id, (int, np.integer)) or isinstance(token_id, (bool, np.bool_)):
+        raise ValueError(f"token id must be an int, got {token_id!r}")
+    if vocab_size is None:
+        if token_id < 0:
+            raise ValueError(f"token id {token_id} is negative")
+    elif not 0 <= token_id < vocab_size:
+        raise ValueError(f"token id {token_id} is outside the vocabulary (0 to {vocab_size - 1})")
+
+
+def encoded_nonempty(tokenizer, text, what: str) -> list[int]:
+    if not isinstance(text, str) or not text:
+        raise ValueError(f"{what} must be non-empty text, got {text!r}")
+    return tokenizer.encode(text)
+
+
+def encoded_options(tokenizer, options) -> list[list[int]]:
+    """Each option's ids: the options a non-empty list of distinct non-empty texts, else ValueError."""
+    if isinstance(options, str) or not isinstance(options, (list, tuple)) or not options:
+        raise ValueError(f"options must be a non-empty list of strings, got {options!r}")
+    encoded = [encoded_nonempty(tokenizer, option, "each option") for option in options]
+    if len(set(options)) != len(options):
+        raise ValueError(f"options must differ from each other, got {list(options)!r}")
+    return encoded
+
+
+def checked_prompt_ids(tokenizer, prompt, context_length: int) -> list[int]:
+    """The prompt's ids: a non-empty text that fits in the model's positions, else ValueError."""
+    if not isinstance(prompt, str):
+        raise ValueError(f"prompt must be a string, got {type(prompt).__name__}")
+    if not prompt:
+        raise ValueError("empty prompt")
+    prompt_ids = tokenizer.encode(prompt)  # ValueError names an unknown character
+    if len(prompt_ids) > context_length:
+        raise ValueError(
+            f"prompt of {len(prompt_ids)} tokens is longer than the {context_length} positions the model has"
+        )
+    return prompt_ids

@@ -2,23 +2,39 @@
 
 Modelled on llama.cpp's split of `llama_model` (weights, vocabulary, metadata: shared) and `llama_context`
 (one sequence's state: its KV cache). A Backend is loaded once; each Session opens its own Context and
-talks to nothing else, so the Session holds no backend-specific code. Three backends implement it:
+talks to nothing else, so the Session holds no backend-specific code. Two kinds of backend implement it:
 
-    engine/backends/local.py     LocalContext: a KV cache and the engine's sampler chain over the whole row
-                                 of scores (the story model and GGUF files in numpy)
+    engine/backends/local.py     LocalBackend and LocalContext: a KV cache and the engine's sampler chain over
+                                 the whole row of scores. The story model and GGUF files in numpy
+                                 (engine/story, engine/backends/gguf), and llama.cpp (engine/backends/llamacpp,
+                                 a LocalBackend whose cache is a llama_context) are all LocalBackends.
     engine/backends/remote/      an inference server: it samples, the engine reads its top-N probabilities
+
+What a backend's `capabilities` say decides which methods beyond the base Context and Backend the core
+calls (engine/core only ever asks the capability, never the type):
+
+    full_distribution  Context is a LocalSampling: distributions, drawn, alternatives, rewound, score_chunks
+                       (the tree's expansion, many seeds, comparing two models, every stage shown)
+    local_sampling     the same LocalSampling, and candidates/sample take prefix= (token healing)
+    inside             Backend is an InsideBackend (inside, unembed) and Context has set_head_scales
+    grammar            Backend.grammar(text) compiles a GBNF grammar (Settings.grammar)
+    streaming          Context.sample(stream=True) keeps one request open; close_stream ends it
 
 Ids are the model's token ids. `text` is always the session's text so far (prompt + every step's token):
 a server without token-id prompts is sent text. A step that fails raises ValueError and leaves the
-context as it was before the call.
+context as it was before the call. Arrays are numpy float32; V is the vocabulary size.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
+
+from engine.core.inside import Inside
 from engine.core.settings import Settings
-from engine.core.steps import Candidates, Step
+from engine.core.steps import Candidates, Distributions, Step
 
 
 @dataclass(frozen=True)
@@ -83,6 +99,49 @@ class Context(Protocol):
         steps, or a new list where the stream had left some ids unknown (-1) and they are now known."""
 
 
+class LocalSampling(Context, Protocol):
+    """A context that samples with the engine's own chain over the whole row (capabilities.full_distribution
+    and local_sampling: every LocalContext). Called by expand.py, seeds.py, compare.py and session.py."""
+
+    def distributions(
+        self, ids: list[int], settings: Settings, xtc_draw: float | None = None, prefix: bytes | None = None
+    ) -> Distributions:
+        """The raw row at position len(ids) ([V] probabilities) and the row after every stage of the chain."""
+
+    def drawn(
+        self, ids: list[int], settings: Settings, random: Callable[[], float], prefix: bytes | None = None, dists=None
+    ) -> Step:
+        """The model's step at len(ids), drawn as sample draws it (XTC's chance first, then the token's own
+        draw from random()); dists: distributions(ids, settings) where the caller has them (XTC off)."""
+
+    def alternatives(
+        self,
+        ids: list[int],
+        settings: Settings,
+        token_ids: list[int],
+        dists: Distributions,
+        prefix: bytes | None = None,
+    ) -> list[Step]:
+        """A step ("expanded") for each of token_ids as the one after ids, all read from the one row at
+        len(ids) and its distributions; nothing is drawn."""
+
+    def rewound(self, length: int) -> AbstractContextManager[None]:
+        """A with-block in which the context is as truncate(length) leaves it; the positions after are put
+        back bit for bit when it ends."""
+
+    def score_chunks(self, ids: list[int], settings: Settings) -> Iterator[tuple[list[Step], np.ndarray]]:
+        """Teacher forcing chunk by chunk: ([c] forced steps of ids[1:], [c, V] float32 scores they were read
+        from); no row is kept between chunks."""
+
+
+class HeadScaled(Context, Protocol):
+    """A context whose backend runs its own forward pass (capabilities.inside)."""
+
+    def set_head_scales(self, scales: np.ndarray | None) -> None:
+        """Every head's output scaled in every forward pass from now on ([layers, heads] float32, None: as
+        trained); the positions are dropped, so the next step reads the whole text again with them."""
+
+
 class Backend(Protocol):
     name: str
     weights_sha256: str  # what a trace records as the model's identity
@@ -101,3 +160,22 @@ class Backend(Protocol):
     def describe(self) -> dict: ...  # the trace's "model" field: name and weights_sha256 at least
 
     def close(self) -> None: ...
+
+
+class InsideBackend(Backend, Protocol):
+    """A backend whose forward pass the engine runs (capabilities.inside); engine/core/inside.py reads it."""
+
+    def inside(self, ids: list[int], head_scales: np.ndarray | None = None) -> Inside:
+        """The full forward over ids: residuals [layers + 1, T, d], the last position's attention
+        [layers, heads, T], the next token's scores [V]."""
+
+    def unembed(self, residuals: np.ndarray) -> np.ndarray:
+        """[..., d] residual stream -> [..., V] scores (the final norm and the output projection)."""
+
+
+class GrammarBackend(Backend, Protocol):
+    """capabilities.grammar: llama.cpp's own grammar sampler as a stage."""
+
+    def grammar(self, text: str):
+        """A compiled GBNF grammar (allowed(), allows(id), accept(id), reset(), close()); ValueError naming
+        where it does not parse."""

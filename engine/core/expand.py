@@ -18,10 +18,11 @@ the expansion with the levels it finished, so replay makes the very same nodes.
 
 import heapq
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
+from engine.core.settings import known_settings
 from engine.core.tree import shared_prefix
 
 MAX_EXPANSION = 10_000  # nodes one expansion may add
@@ -180,3 +181,27 @@ def _result(reached, leaves: dict, levels: int, cancelled: bool) -> ExpandResult
     """reached and leaves hold finished levels only (a level joins them once complete)."""
     ranked = sorted(leaves.items(), key=lambda item: -item[1])
     return ExpandResult(tuple(reached), tuple(ranked), levels, cancelled)
+
+
+def checked_expansion(model, tree, node_id, path_now, ended_here: bool, prompt_length: int, settings, changes: dict,
+                      expansion: "Expansion") -> "Expansion":  # fmt: skip
+    """The expansion below this node of the tree (path_now: the text's path; ended_here: a server said stop at
+    its end) under the settings with these changes, or a ValueError saying why it cannot be."""
+    if not model.capabilities.full_distribution:
+        raise ValueError("expanding the tree needs every token's score: a server gives only its top few")
+    path = tree.path(node_id)  # ValueError: no such node
+    room = model.context_length - prompt_length - len(path)
+    if expansion.depth > room:
+        raise ValueError(f"depth {expansion.depth} goes past the context: {room} of the model's "
+                         f"{model.context_length} positions are left after the text")  # fmt: skip
+    last = tree.nodes[path[-1]] if path else None
+    ended = last is not None and last.step.token_id in model.end_token_ids
+    if ended or (path == path_now and ended_here):  # an end token, or the server said stop
+        raise ValueError("the text has ended here: expand from a node before its end")
+    if changes:
+        settings = replace(settings, **known_settings(changes)).check_vocab(model.vocab_size)
+    if settings.grammar is not None:
+        raise ValueError("expansion does not follow a grammar: clear the grammar first")
+    if not expansion.raw and settings.active("xtc"):
+        raise ValueError("XTC removes tokens at random: expand under the raw model, or turn XTC off")
+    return expansion

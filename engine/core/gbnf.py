@@ -185,3 +185,12 @@ class _Scanner:
         if self.elements > MAX_GRAMMAR_ELEMENTS:
             raise ValueError(f"the grammar is too large once its repetitions are written out (over "
                              f"{MAX_GRAMMAR_ELEMENTS:,} elements, as llama.cpp counts them): repeat less")  # fmt: skip
+
+
+def check_grammar_backend(model, grammar: str | None) -> None:
+    """A grammar needs a backend with grammars, and must parse (ValueError with the backend's message)."""
+    if grammar is None:
+        return
+    if not model.capabilities.grammar:
+        raise ValueError(f"grammars need the llama.cpp backend; {model.name} cannot constrain its tokens to one")
+    model.grammar(grammar).close()  # compiled once here to report a parse error now

@@ -18,6 +18,7 @@ import functools
 
 import numpy as np
 
+NO_HEALING = "token healing needs a backend the engine samples for (a server samples itself): set heal=False"
 MAX_BACKOFF_TOKENS = 4
 MAX_BACKOFF_BYTES = 32
 
@@ -90,3 +91,18 @@ def _after_every(prefix: bytes) -> bytes | None:
     """The smallest byte string above every string that starts with prefix (None: there is none)."""
     stripped = prefix.rstrip(b"\xff")
     return stripped[:-1] + bytes([stripped[-1] + 1]) if stripped else None
+
+
+def healed_prompt(model, prompt_ids: list[int], prompt: str) -> tuple[list[int], str, bytes | None]:
+    """Token healing at the prompt: cut its last token(s) (backoff says how many), which the first steps
+    spell again -> (the ids, the text left, the bytes to spell or None). Only where the engine samples: a
+    server draws itself."""
+    if not model.capabilities.local_sampling:
+        raise ValueError(NO_HEALING)
+    healer = healer_for(model.tokenizer, model.vocab_size)
+    cut = healer.backoff(prompt_ids, keep=1)
+    data = b"".join(healer.pieces[i] for i in prompt_ids[len(prompt_ids) - cut :])
+    text = data.decode("utf-8", errors="replace")
+    if not cut or not prompt.endswith(text):  # a tokenizer that changed the text (normalised it): no healing
+        return prompt_ids, prompt, None
+    return prompt_ids[: len(prompt_ids) - cut], prompt[: len(prompt) - len(text)], data

@@ -138,3 +138,40 @@ def layer_candidates(view: InsideView, text_of) -> tuple[Candidates, ...]:
         p = tuple(row[top].tolist())
         out.append(Candidates(tuple(top), tuple(text_of(i) for i in top), p, ((name, p),), (None,) * len(top)))
     return tuple(out)
+
+
+# --- steering heads (Session.steer_heads) ------------------------------------------------------------------
+def head_scale_table(model, scales) -> tuple[tuple[tuple[int, int, float], ...], np.ndarray | None]:
+    """-> (the checked (layer, head, factor) entries, their [layers, heads] float32 table or None where every
+    head is as trained); ValueError where the engine does not run the model's layers, or an entry is wrong."""
+    if not model.capabilities.inside:
+        raise ValueError(f"{model.name} runs in a backend whose layers the engine does not run: "
+                         "steering its heads needs the numpy engine")  # fmt: skip
+    layers, heads = model.heads_shape
+    checked = _checked_scales(scales, layers, heads)
+    table = None
+    if checked:
+        table = np.ones((layers, heads), dtype=np.float32)
+        for layer, head, factor in checked:
+            table[layer, head] = factor
+    return checked, table
+
+
+def _checked_scales(scales, layers: int, heads: int) -> tuple[tuple[int, int, float], ...]:
+    """(layer, head, factor) entries, each head once, sorted; a factor of 1 is no change and is dropped."""
+    if isinstance(scales, (str, bytes, dict)) or not hasattr(scales, "__iter__"):
+        raise ValueError(f"scales must be a list of (layer, head, factor), got {type(scales).__name__}")
+    checked = {}
+    for entry in scales:
+        if not isinstance(entry, (list, tuple)) or len(entry) != 3:
+            raise ValueError(f"each scale is (layer, head, factor), got {entry!r:.60}")
+        layer, head, factor = entry
+        for name, value, count in (("layer", layer, layers), ("head", head, heads)):
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < count:
+                raise ValueError(f"{name} must be an int from 0 to {count - 1}, got {value!r:.40}")
+        if not isinstance(factor, (int, float)) or isinstance(factor, bool) or not -10 <= factor <= 10:
+            raise ValueError(f"a head's factor must be a number from -10 to 10 (0 ablates it), got {factor!r:.40}")
+        if (layer, head) in checked:
+            raise ValueError(f"layer {layer}, head {head} is scaled twice")
+        checked[layer, head] = float(factor)
+    return tuple((layer, head, factor) for (layer, head), factor in sorted(checked.items()) if factor != 1.0)

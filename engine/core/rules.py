@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.core.checks import checked_float, checked_int, checked_text
-from engine.core.patterns import compile_trigger, trigger_matches
+from engine.core.patterns import SlowRule, compile_trigger, trigger_matches
 
 
 @dataclass(frozen=True)
@@ -231,3 +231,72 @@ def _end_group(process) -> None:
             pipe.close()
         except OSError:
             pass
+
+
+# --- what a session does with its rules (Session asks; it carries the plan out) ---------------------------
+def checked_rules(model, rules) -> tuple[Rule, ...]:
+    """The rules as a tuple, each a Rule whose texts the model's tokenizer encodes; else ValueError."""
+    if isinstance(rules, (str, bytes, Rule)) or not hasattr(rules, "__iter__"):
+        raise ValueError(f"rules must be a list of engine.Rule objects, got {type(rules).__name__}")
+    rules = tuple(rules)
+    for rule in rules:
+        if not isinstance(rule, Rule):
+            raise ValueError(f"rules must be engine.Rule objects, got {type(rule).__name__}")
+        for text in ([rule.insert] if rule.insert is not None else []) + list(rule.choose or ()):
+            if not text:
+                raise ValueError(f"rule {rule.when!r}: empty option")
+            model.tokenizer.encode(text)  # ValueError names an unknown character
+    return rules
+
+
+def rule_matches(rule: Rule, text: str, slow_rules: list, events: list) -> bool:
+    """Whether the rule's trigger ends the text; a regex one too slow to tell is disabled, with an event."""
+    if rule in slow_rules:
+        return False
+    try:
+        return rule.matches(text)
+    except SlowRule as error:
+        slow_rules.append(rule)
+        events.append(f"{error}: disabled for this session")
+        return False
+
+
+@dataclass(frozen=True)
+class RulePlan:
+    """What a firing rule adds: its options to choose from (encoded), or tokens to insert (source "rule"/"tool")."""
+
+    source: str
+    options: tuple = ()
+    encoded: tuple = ()
+    token_ids: tuple = ()
+
+
+def rule_plan(rule: Rule, text: str, tokenizer, room: int, events: list) -> RulePlan | None:
+    """What the rule adds after the text, in `room` positions; None (with an event saying why) where it adds
+    nothing: options that do not fit, a tool that fails or returns no text, text the tokenizer refuses."""
+    if rule.action == "choose":
+        encoded = [tokenizer.encode(o) for o in rule.choose]
+        if max(map(len, encoded)) > room:
+            events.append(f"rule {rule.when!r}: its options do not fit in the context")
+            return None
+        return RulePlan("rule", options=tuple(rule.choose), encoded=tuple(encoded))
+    source, added = "rule", rule.insert
+    if rule.action == "tool":
+        source = "tool"
+        try:
+            added = rule.tool(text)
+        except Exception as error:  # a tool is someone else's code: its failure must not end the session
+            events.append(f"rule {rule.when!r}: the tool failed: {type(error).__name__}: {error}")
+            return None
+        if not isinstance(added, str):
+            events.append(f"rule {rule.when!r}: the tool returned {type(added).__name__}, not text")
+            return None
+    try:
+        token_ids = tokenizer.encode(added)
+    except ValueError as error:
+        events.append(f"rule {rule.when!r}: cannot insert {added[:40]!r}: {error}")
+        return None
+    if len(token_ids) > room:
+        events.append(f"rule {rule.when!r}: only {room} of {len(token_ids)} tokens fit in the context")
+        token_ids = token_ids[:room]
+    return RulePlan(source, token_ids=tuple(token_ids)) if token_ids else None

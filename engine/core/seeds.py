@@ -14,9 +14,10 @@ one forward pass, not one per seed; going back up the tree truncates the cache (
 Rules do not act here, and token healing and grammars are refused (their state follows each seed's own text).
 """
 
-from dataclasses import dataclass
+import random
+from dataclasses import dataclass, replace
 
-from engine.core.settings import Settings
+from engine.core.settings import Settings, known_settings
 from engine.core.steps import Step
 
 MAX_SEEDS = 10_000
@@ -104,3 +105,43 @@ def run_seeds(context, model, ids: list[int], text: str, settings: Settings, see
     finally:
         context.truncate(start)
     return SeedRun(text, seeds, {seed: tuple(steps[seed]) for seed in seeds}, tuple(nodes))
+
+
+# --- what Session.run_seeds checks first --------------------------------------------------------------------
+def checked_seeds_start(model, at, steps: int) -> int:
+    """The number of steps the seeds start after (at; None: all `steps`), or ValueError."""
+    if not model.capabilities.local_sampling:
+        raise ValueError("many seeds need a backend the engine samples for (a server samples itself)")
+    keep = steps if at is None else at
+    if not isinstance(keep, int) or isinstance(keep, bool) or not 0 <= keep <= steps:
+        raise ValueError(f"at must be a number of steps from 0 to {steps}, not {at!r:.40}")
+    return keep
+
+
+def checked_seeds_run(model, here, changes: dict, max_new_tokens) -> tuple[Settings, int]:
+    """-> (the seeds' settings: here's with the changes, their token limit), or ValueError saying why seeds
+    cannot run from `here` (a Session's Standing)."""
+    settings = replace(here.settings, **known_settings(changes)).check_vocab(model.vocab_size)  # validates
+    if settings.grammar is not None:
+        raise ValueError("many seeds do not follow a grammar: clear the grammar first")
+    if here.healing is not None:
+        raise ValueError("token healing is still spelling the end of the text: take a step first")
+    if here.stopped not in (None, "max_new_tokens"):
+        raise ValueError(f"the text has stopped ({here.stopped}): there is nothing to continue")
+    limit = settings.max_new_tokens if max_new_tokens is None else max_new_tokens
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise ValueError(f"max_new_tokens must be an int >= 1, not {limit!r}")
+    return settings, limit
+
+
+def seed_streams(here, settings: Settings):
+    """seed -> its random stream, as update_settings(seed=seed, **changes) would leave the session's."""
+
+    def stream_of(seed: int) -> random.Random:
+        if replace(settings, seed=seed, max_new_tokens=here.settings.max_new_tokens) == here.settings:
+            stream = random.Random()
+            stream.setstate(here.random_state)  # nothing but the limit changes: the stream goes on
+            return stream
+        return random.Random(seed)  # a fresh stream from the seed
+
+    return stream_of

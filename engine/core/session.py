@@ -8,19 +8,22 @@ on a fresh session repeats the same forward passes in the same chunks, so a trac
 """
 
 import random
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
-from engine.core.healing import healer_for
-from engine.core.patterns import SlowRule
-from engine.core.rules import Rule
+from engine.core.checks import checked_prompt_ids, checked_token_id, encoded_nonempty, encoded_options
+from engine.core.epochs import Epoch, Standing
+from engine.core.expand import Expansion, checked_expansion, expand
+from engine.core.gbnf import check_grammar_backend
+from engine.core.healing import NO_HEALING, healed_prompt, healer_for
+from engine.core.inside import head_scale_table
+from engine.core.rules import Rule, checked_rules, rule_matches, rule_plan
+from engine.core.seeds import checked_seeds_run, checked_seeds_start, run_seeds, seed_streams
 from engine.core.settings import Settings
 from engine.core.settings import known_settings as _known
-from engine.core.steps import Candidates, Step
+from engine.core.steps import Candidates, GenerationResult, Step
 from engine.core.tree import INSERTED, Tree, shared_prefix
-
-NO_HEALING = "token healing needs a backend the engine samples for (a server samples itself): set heal=False"
 
 
 class Session:
@@ -29,18 +32,10 @@ class Session:
         """samplers: the other Settings fields (repeat_penalty, dry_multiplier, samplers=order, ...)."""
         self.settings = Settings(max_new_tokens, temperature, top_k, top_p, min_p, seed, **_known(samplers))
         self.settings.check_vocab(model.vocab_size)
-        _check_grammar(model, self.settings)
+        check_grammar_backend(model, self.settings.grammar)
         self.initial_settings = self.settings  # a trace starts from these; "settings" actions change them
-        if not isinstance(prompt, str):
-            raise ValueError(f"prompt must be a string, got {type(prompt).__name__}")
-        if not prompt:
-            raise ValueError("empty prompt")
-        prompt_ids = model.tokenizer.encode(prompt)  # ValueError names an unknown character
-        if len(prompt_ids) > model.context_length:
-            raise ValueError(
-                f"prompt of {len(prompt_ids)} tokens is longer than the {model.context_length} positions the model has"
-            )
-        self.rules = self._checked_rules(model, rules)
+        prompt_ids = checked_prompt_ids(model.tokenizer, prompt, model.context_length)
+        self.rules = checked_rules(model, rules)
         self.initial_rules = self.rules  # a trace's "rules"; "rules" actions record later changes
         self.model = model
         self.prompt = prompt
@@ -48,7 +43,7 @@ class Session:
         self._healing: bytes | None = None
         self._healing_before: list[bytes | None] = []
         if self.settings.heal:
-            prompt_ids, prompt = self._healed(prompt_ids, prompt)
+            prompt_ids, prompt, self._healing = healed_prompt(model, prompt_ids, prompt)
         self.prompt_text = prompt  # the text before the first step: the prompt, less what healing cut
         self.prompt_ids = list(prompt_ids)
         self.ids = list(prompt_ids)  # prompt + every step's token
@@ -206,33 +201,11 @@ class Session:
         (what Continue from here keeps), as the session would after rewinding to there; None: from the end.
         Rules do not act; the session itself does not change (nor its text, nor what comes next).
         -> SeedRun (the tree of what was drawn with counts, each seed's steps; its `at`)."""
-        from engine.core.seeds import run_seeds
-
-        if not self.model.capabilities.local_sampling:
-            raise ValueError("many seeds need a backend the engine samples for (a server samples itself)")
-        keep = len(self.steps) if at is None else at
-        if not isinstance(keep, int) or isinstance(keep, bool) or not 0 <= keep <= len(self.steps):
-            raise ValueError(f"at must be a number of steps from 0 to {len(self.steps)}, not {at!r:.40}")
+        keep = checked_seeds_start(self.model, at, len(self.steps))
         here = self._standing(keep)
-        settings = replace(here.settings, **_known(changes)).check_vocab(self.model.vocab_size)  # validates
-        if settings.grammar is not None:
-            raise ValueError("many seeds do not follow a grammar: clear the grammar first")
-        if here.healing is not None:
-            raise ValueError("token healing is still spelling the end of the text: take a step first")
-        if here.stopped not in (None, "max_new_tokens"):
-            raise ValueError(f"the text has stopped ({here.stopped}): there is nothing to continue")
-        limit = settings.max_new_tokens if max_new_tokens is None else max_new_tokens
-        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-            raise ValueError(f"max_new_tokens must be an int >= 1, not {limit!r}")
+        settings, limit = checked_seeds_run(self.model, here, changes, max_new_tokens)
         self.interrupt()
-
-        def stream_of(seed: int) -> random.Random:  # as update_settings(seed=seed, **changes) leaves the stream
-            if replace(settings, seed=seed, max_new_tokens=here.settings.max_new_tokens) == here.settings:
-                stream = random.Random()
-                stream.setstate(here.random_state)  # nothing but the limit changes: the stream goes on
-                return stream
-            return random.Random(seed)  # a fresh stream from the seed
-
+        stream_of = seed_streams(here, settings)
         ids = self.ids[: len(self.prompt_ids) + keep]
         if keep == len(self.steps):
             run = run_seeds(self._context, self.model, ids, here.text, settings, seeds, limit, stream_of)
@@ -241,7 +214,7 @@ class Session:
                 run = run_seeds(self._context, self.model, ids, here.text, settings, seeds, limit, stream_of)
         return replace(run, at=keep)
 
-    def _standing(self, keep: int) -> "Standing":
+    def _standing(self, keep: int) -> Standing:
         """The session as a rewind to its first `keep` steps would leave it (_cut's arithmetic; nothing changes)."""
         if keep == len(self.steps):
             return Standing(self.text, self.settings, self._rng.getstate(), self._healing, self.stopped)
@@ -264,8 +237,6 @@ class Session:
         progress(nodes, expected) and cancelled() -> True (Cancel keeps the finished levels) are for the
         window. Where token healing still has a cut text to spell, the children keep to it as steps would.
         Logged with the levels finished, so replay makes the same nodes. -> ExpandResult."""
-        from engine.core.expand import expand
-
         start = self.path[-1] if self.path else 0
         expansion = self.check_expansion(start, {}, top_k, coverage, depth, budget, raw)
         self.interrupt()
@@ -288,29 +259,9 @@ class Session:
     def check_expansion(self, node_id, changes: dict, top_k=3, coverage=None, depth=3, budget=200, raw=False):
         """The expansion below this node of the tree, under the settings with these changes, or a ValueError
         saying why it cannot be (nothing changes either way): the window checks before it goes there."""
-        from engine.core.expand import Expansion
-
-        expansion = Expansion(top_k, coverage, depth, budget, raw)  # validates
-        if not self.model.capabilities.full_distribution:
-            raise ValueError("expanding the tree needs every token's score: a server gives only its top few")
-        path = self.tree.path(node_id)  # ValueError: no such node
-        room = self.model.context_length - len(self.prompt_ids) - len(path)
-        if depth > room:
-            raise ValueError(f"depth {depth} goes past the context: {room} of the model's "
-                             f"{self.model.context_length} positions are left after the text")  # fmt: skip
-        here = path == self.path
-        last = self.tree.nodes[path[-1]] if path else None
-        ended = last is not None and last.step.token_id in self.model.end_token_ids
-        if ended or (here and self._ended_at == len(self.steps)):  # an end token, or the server said stop
-            raise ValueError("the text has ended here: expand from a node before its end")
-        settings = (
-            replace(self.settings, **_known(changes)).check_vocab(self.model.vocab_size) if changes else self.settings
-        )
-        if settings.grammar is not None:
-            raise ValueError("expansion does not follow a grammar: clear the grammar first")
-        if not raw and settings.active("xtc"):
-            raise ValueError("XTC removes tokens at random: expand under the raw model, or turn XTC off")
-        return expansion
+        ended_here = self._ended_at == len(self.steps)  # the server said stop at the text's end
+        return checked_expansion(self.model, self.tree, node_id, self.path, ended_here, len(self.prompt_ids),
+                                 self.settings, changes, Expansion(top_k, coverage, depth, budget, raw))  # fmt: skip
 
     # --- the tree ----------------------------------------------------------------------------------
     def delete_branch(self, node_id) -> None:
@@ -348,7 +299,7 @@ class Session:
     # --- steering --------------------------------------------------------------------------------
     def force_token(self, token_id) -> None:
         """The next step takes this token, whatever its probability (replacing an earlier force)."""
-        self._check_token_id(token_id)
+        checked_token_id(token_id, self.model.vocab_size)
         self.interrupt()
         self._forced = None
         self._check_room(1)
@@ -357,7 +308,7 @@ class Session:
     def insert_text(self, text, source="forced") -> list[Step]:
         """Append the text's tokens as forced steps, each with the model's own probability for it, through
         one batched forward over the new positions."""
-        return self.insert_tokens(self._encode_nonempty(text, "inserted text"), source)
+        return self.insert_tokens(encoded_nonempty(self.model.tokenizer, text, "inserted text"), source)
 
     def insert_tokens(self, token_ids, source="forced") -> list[Step]:
         """insert_text for token ids (replay uses it: a trace records the ids that were inserted)."""
@@ -366,7 +317,7 @@ class Session:
         if not isinstance(token_ids, (list, tuple, np.ndarray)) or len(token_ids) == 0:
             raise ValueError(f"token ids must be a non-empty list of ints, got {token_ids!r:.60}")
         for token_id in token_ids:
-            self._check_token_id(token_id)
+            checked_token_id(token_id, self.model.vocab_size)
         token_ids = [int(t) for t in token_ids]
         self._check_room(len(token_ids))
         self.interrupt()
@@ -380,7 +331,7 @@ class Session:
         option's probability is recorded on the first step. No random draw is used."""
         if source not in ("forced", "rule"):
             raise ValueError(f"a choice's source must be 'forced' or 'rule', got {source!r:.40}")
-        encoded = self._check_options(options)
+        encoded = encoded_options(self.model.tokenizer, options)
         self._check_room(max(len(ids) for ids in encoded))
         self.interrupt()
         steps = self._choose(list(options), encoded, source)
@@ -398,7 +349,7 @@ class Session:
         if new.heal and not self.model.capabilities.local_sampling:
             raise ValueError(NO_HEALING)
         if new.grammar != self.settings.grammar:
-            _check_grammar(self.model, new)
+            check_grammar_backend(self.model, new.grammar)
         self.interrupt()
         self._log({"kind": "settings", "settings": new.to_dict()})
         same_stream = replace(new, max_new_tokens=self.settings.max_new_tokens) == self.settings
@@ -413,7 +364,7 @@ class Session:
         """Replace the rules from the next step on (the rules panel calls this when a person edits it). All
         are checked first: a bad rule raises ValueError and changes nothing. The change is logged; rules
         may fire at once where a new trigger already ends the text."""
-        checked = self._checked_rules(self.model, rules)
+        checked = checked_rules(self.model, rules)
         if checked == self.rules:
             return self.rules
         self.interrupt()
@@ -429,18 +380,9 @@ class Session:
         head back. The next step reads the whole text again through the steered model (steps already taken keep
         their records); a rewind or a goto keeps the scales (as set_rules). Logged, so replay repeats it. Only
         where the engine runs the model's layers."""
-        if not self.model.capabilities.inside:
-            raise ValueError(f"{self.model.name} runs in a backend whose layers the engine does not run: "
-                             "steering its heads needs the numpy engine")  # fmt: skip
-        layers, heads = self.model.heads_shape
-        checked = _checked_scales(scales, layers, heads)
+        checked, table = head_scale_table(self.model, scales)
         if checked == self.head_scales:
             return checked
-        table = None
-        if checked:
-            table = np.ones((layers, heads), dtype=np.float32)
-            for layer, head, factor in checked:
-                table[layer, head] = factor
         self.interrupt()
         self._context.set_head_scales(table)
         self._log({"kind": "heads", "scales": [list(entry) for entry in checked]})
@@ -507,7 +449,7 @@ class Session:
         self._fired = {(rule, at) for rule, at in self._fired if at < len(self.text)}
 
     # --- the trace --------------------------------------------------------------------------------
-    def result(self) -> "GenerationResult":
+    def result(self) -> GenerationResult:
         return GenerationResult(self.text, list(self.steps), self.stopped, self.settings)
 
     def trace(self, branches: str = "all", record=None) -> dict:
@@ -519,7 +461,7 @@ class Session:
         return session_trace(self, branches, record)
 
     # --- internals ---------------------------------------------------------------------------------
-    def _enter_epoch(self, epoch: "Epoch", draws: int) -> None:
+    def _enter_epoch(self, epoch: Epoch, draws: int) -> None:
         """Make `epoch` current with `draws` draws taken in all: its settings, and its random stream
         advanced past the draws its own steps took (~0.1 us each)."""
         self.settings = epoch.settings
@@ -581,19 +523,6 @@ class Session:
         """The keyword a context takes while token healing has text to spell."""
         return {} if self._healing is None else {"prefix": self._healing}
 
-    def _healed(self, prompt_ids, prompt: str):
-        """Token healing at the prompt: cut its last token(s) (healing.py says how many), which the first
-        steps spell again -> (the ids, the text) left. Only where the engine samples: a server draws itself."""
-        if not self.model.capabilities.local_sampling:
-            raise ValueError(NO_HEALING)
-        cut = self._healer().backoff(prompt_ids, keep=1)
-        data = b"".join(self._healer().pieces[i] for i in prompt_ids[len(prompt_ids) - cut :])
-        text = data.decode("utf-8", errors="replace")
-        if not cut or not prompt.endswith(text):  # a tokenizer that changed the text (normalised it): no healing
-            return prompt_ids, prompt
-        self._healing = data
-        return prompt_ids[: len(prompt_ids) - cut], prompt[: len(prompt) - len(text)]
-
     def _choose(self, options, encoded, source) -> list[Step]:
         probabilities = self._context.option_probabilities(self.ids, self.text, encoded, self.settings)
         best = max(range(len(options)), key=lambda i: (probabilities[i][0], probabilities[i][1], -i))
@@ -603,71 +532,31 @@ class Session:
     def _fire_rules(self) -> bool:
         """Let the first rule whose trigger ends the text act, once per occurrence. True if it added steps."""
         for index, rule in enumerate(self.rules):
-            if (index, len(self.text)) in self._fired or not self._matches(rule):
+            if (index, len(self.text)) in self._fired or not rule_matches(
+                rule, self.text, self.slow_rules, self.events
+            ):
                 continue
             self._fired.add((index, len(self.text)))
             if self._act(rule):
                 return True
         return False
 
-    def _matches(self, rule: Rule) -> bool:
-        """Whether the rule's trigger ends the text; a regex one too slow to tell is disabled, with an event."""
-        if rule in self.slow_rules:
-            return False
-        try:
-            return rule.matches(self.text)
-        except SlowRule as error:
-            self.slow_rules.append(rule)
-            self.events.append(f"{error}: disabled for this session")
-            return False
-
     def _act(self, rule: Rule) -> bool:
         self.interrupt()  # an open stream would go on from the text as it was before the rule
         room = self.model.context_length - len(self.ids)
-        if rule.action == "choose":
-            encoded = [self.model.tokenizer.encode(o) for o in rule.choose]
-            if max(map(len, encoded)) > room:
-                self.events.append(f"rule {rule.when!r}: its options do not fit in the context")
-                return False
-            steps = self._choose(list(rule.choose), encoded, "rule")
-            self._log({"kind": "choose", "options": list(rule.choose), "source": "rule"})
-            return bool(steps)
-        source, text = "rule", rule.insert
-        if rule.action == "tool":
-            source = "tool"
-            try:
-                text = rule.tool(self.text)
-            except Exception as error:  # a tool is someone else's code: its failure must not end the session
-                self.events.append(f"rule {rule.when!r}: the tool failed: {type(error).__name__}: {error}")
-                return False
-            if not isinstance(text, str):
-                self.events.append(f"rule {rule.when!r}: the tool returned {type(text).__name__}, not text")
-                return False
-        try:
-            token_ids = self.model.tokenizer.encode(text)
-        except ValueError as error:
-            self.events.append(f"rule {rule.when!r}: cannot insert {text[:40]!r}: {error}")
+        plan = rule_plan(rule, self.text, self.model.tokenizer, room, self.events)
+        if plan is None:
             return False
-        if len(token_ids) > room:
-            self.events.append(f"rule {rule.when!r}: only {room} of {len(token_ids)} tokens fit in the context")
-            token_ids = token_ids[:room]
-        if not token_ids:
-            return False
-        steps = self._insert(token_ids, source)
-        self._log({"kind": "insert", "token_ids": token_ids, "source": source})
+        if plan.options:
+            steps = self._choose(list(plan.options), list(plan.encoded), "rule")
+            self._log({"kind": "choose", "options": list(plan.options), "source": "rule"})
+        else:
+            steps = self._insert(list(plan.token_ids), plan.source)
+            self._log({"kind": "insert", "token_ids": list(plan.token_ids), "source": plan.source})
         return bool(steps)
 
     def _log(self, action: dict) -> None:
         self.actions.append(action)
-
-    def _check_token_id(self, token_id) -> None:
-        if not isinstance(token_id, (int, np.integer)) or isinstance(token_id, (bool, np.bool_)):
-            raise ValueError(f"token id must be an int, got {token_id!r}")
-        if self.model.vocab_size is None:  # a server's vocabulary: its tokenizer says what is valid
-            if token_id < 0:
-                raise ValueError(f"token id {token_id} is negative")
-        elif not 0 <= token_id < self.model.vocab_size:
-            raise ValueError(f"token id {token_id} is outside the vocabulary (0 to {self.model.vocab_size - 1})")
 
     def _check_room(self, count: int) -> None:
         """Refuse to add tokens past the last position (a pending forced token already holds one)."""
@@ -678,78 +567,6 @@ class Session:
                 f"model's {self.model.context_length} positions are used, {room} left"
             )
 
-    def _encode_nonempty(self, text, what: str) -> list[int]:
-        if not isinstance(text, str) or not text:
-            raise ValueError(f"{what} must be non-empty text, got {text!r}")
-        return self.model.tokenizer.encode(text)
-
-    def _check_options(self, options) -> list[list[int]]:
-        if isinstance(options, str) or not isinstance(options, (list, tuple)) or not options:
-            raise ValueError(f"options must be a non-empty list of strings, got {options!r}")
-        encoded = [self._encode_nonempty(option, "each option") for option in options]
-        if len(set(options)) != len(options):
-            raise ValueError(f"options must differ from each other, got {list(options)!r}")
-        return encoded
-
-    @staticmethod
-    def _checked_rules(model, rules) -> tuple[Rule, ...]:
-        if isinstance(rules, (str, bytes, Rule)) or not hasattr(rules, "__iter__"):
-            raise ValueError(f"rules must be a list of engine.Rule objects, got {type(rules).__name__}")
-        rules = tuple(rules)
-        for rule in rules:
-            if not isinstance(rule, Rule):
-                raise ValueError(f"rules must be engine.Rule objects, got {type(rule).__name__}")
-            for text in ([rule.insert] if rule.insert is not None else []) + list(rule.choose or ()):
-                if not text:
-                    raise ValueError(f"rule {rule.when!r}: empty option")
-                model.tokenizer.encode(text)  # ValueError names an unknown character
-        return rules
-
-
-@dataclass(frozen=True)
-class Epoch:
-    start: int  # the first step these settings apply to
-    settings: Settings
-    draws_before: int  # random draws taken before it (its own stream starts at Random(settings.seed))
-
-    def stream(self, draws: int) -> random.Random:
-        """Its random stream with `draws` draws taken in all (those before it are not its own: ~0.1 us each)."""
-        stream = random.Random(self.settings.seed)
-        for _ in range(draws - self.draws_before):
-            stream.random()
-        return stream
-
-
-@dataclass(frozen=True)
-class Standing:
-    """Where a session stands after some of its steps (Session._standing): what carrying on from there needs."""
-
-    text: str
-    settings: Settings
-    random_state: tuple  # the random stream's state (random.Random.getstate)
-    healing: bytes | None  # token healing's bytes still to spell
-    stopped: str | None  # why no step could follow there (an end token, the context full), or None
-
-
-@dataclass(frozen=True)
-class GenerationResult:
-    text: str  # prompt plus generated text
-    steps: list[Step]
-    stopped: str | None
-    settings: Settings
-
-    @property
-    def seed(self) -> int:
-        return self.settings.seed
-
-    def to_dict(self) -> dict:
-        return {
-            "text": self.text,
-            "stopped": self.stopped,
-            "settings": self.settings.to_dict(),
-            "steps": [step.to_dict() for step in self.steps],
-        }
-
 
 def generate(model, prompt, max_new_tokens=60, temperature=0.0, top_k=None, top_p=None, min_p=None, seed=0,
              **samplers):  # fmt: skip
@@ -757,32 +574,3 @@ def generate(model, prompt, max_new_tokens=60, temperature=0.0, top_k=None, top_
     session = Session(model, prompt, max_new_tokens, temperature, top_k, top_p, min_p, seed, **samplers)
     session.run()
     return session.result()
-
-
-def _checked_scales(scales, layers: int, heads: int) -> tuple[tuple[int, int, float], ...]:
-    """(layer, head, factor) entries, each head once, sorted; a factor of 1 is no change and is dropped."""
-    if isinstance(scales, (str, bytes, dict)) or not hasattr(scales, "__iter__"):
-        raise ValueError(f"scales must be a list of (layer, head, factor), got {type(scales).__name__}")
-    checked = {}
-    for entry in scales:
-        if not isinstance(entry, (list, tuple)) or len(entry) != 3:
-            raise ValueError(f"each scale is (layer, head, factor), got {entry!r:.60}")
-        layer, head, factor = entry
-        for name, value, count in (("layer", layer, layers), ("head", head, heads)):
-            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < count:
-                raise ValueError(f"{name} must be an int from 0 to {count - 1}, got {value!r:.40}")
-        if not isinstance(factor, (int, float)) or isinstance(factor, bool) or not -10 <= factor <= 10:
-            raise ValueError(f"a head's factor must be a number from -10 to 10 (0 ablates it), got {factor!r:.40}")
-        if (layer, head) in checked:
-            raise ValueError(f"layer {layer}, head {head} is scaled twice")
-        checked[layer, head] = float(factor)
-    return tuple((layer, head, factor) for (layer, head), factor in sorted(checked.items()) if factor != 1.0)
-
-
-def _check_grammar(model, settings: Settings) -> None:
-    """A grammar needs a backend with grammars, and must parse (ValueError with the backend's message)."""
-    if settings.grammar is None:
-        return
-    if not model.capabilities.grammar:
-        raise ValueError(f"grammars need the llama.cpp backend; {model.name} cannot constrain its tokens to one")
-    model.grammar(settings.grammar).close()  # compiled once here to report a parse error now

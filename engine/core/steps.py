@@ -325,3 +325,23 @@ def _candidates_from_dict(cand) -> Candidates:
         stages=tuple((name, tuple(values)) for name, values in stages),
         removed_by=tuple(removed_by),
     )
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    text: str  # prompt plus generated text
+    steps: list[Step]
+    stopped: str | None
+    settings: Settings
+
+    @property
+    def seed(self) -> int:
+        return self.settings.seed
+
+    def to_dict(self) -> dict:
+        return {
+            "text": self.text,
+            "stopped": self.stopped,
+            "settings": self.settings.to_dict(),
+            "steps": [step.to_dict() for step in self.steps],
+        }

@@ -5,7 +5,7 @@ threads have more), and finds the tokens it allows at its start, under a memory 
 verdict is remembered per (model file's sha256, grammar's sha256): each grammar is probed once a process.
 
 The checks in engine/core/gbnf.py refuse what is known to be dangerous before this; the probe is for what no
-check foresaw.
+check foresaw. The child's own code is grammar_child.py (it compiles with grammar.py, which calls this module).
 """
 
 import hashlib
@@ -20,8 +20,6 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
-import numpy as np
-
 PROBE_STEP_S = 2.0  # the first step's most, in CPU time: "a"? x80 took 0.6-1.7 s, x150 10.6 s, x300 over 90 s
 STEP_WAIT = 3  # the child limits the step's CPU time; the parent's wall clock (which runs ahead) is a backstop
 PROBE_START_S = 10.0  # the child's start (Python, llama.cpp, the vocabulary: 0.3-1 s here) and the parse
@@ -31,7 +29,7 @@ MAX_VERDICTS = 256
 _verdicts: OrderedDict = OrderedDict()  # (model sha256, grammar sha256) -> None (fine) or the refusal
 _lock = threading.Lock()
 COMPILED = b"compiled\n"  # the child's line once the grammar parsed
-CHILD = "from engine.backends.llamacpp.grammar_probe import child_main; child_main()"
+CHILD = "from engine.backends.llamacpp.grammar_child import child_main; child_main()"
 
 
 def check_grammar(model, text: str, step_s: float = PROBE_STEP_S) -> None:
@@ -103,77 +101,3 @@ def _took_too_long(step_s: float) -> str:
         f"llama.cpp took over {step_s:g} s to find the tokens this grammar allows at its start (every step "
         "would take as long): simplify it (many optional or repeated items in a row multiply its work)"
     )
-
-
-# --- the child ---------------------------------------------------------------------------------------------
-def child_main() -> None:
-    """The child: argv = [model path, the grammar's file, the first step's limit in s] -> one JSON line,
-    {"refused": None or why, "allowed": tokens allowed at the start, "seconds": the first step's}."""
-    try:
-        import resource
-
-        resource.setrlimit(resource.RLIMIT_AS, (PROBE_MEMORY_BYTES, PROBE_MEMORY_BYTES))
-    except (ImportError, ValueError, OSError):
-        pass  # no such limit here (Windows): the time limit still holds
-    path, text, step_s = sys.argv[1], Path(sys.argv[2]).read_text(encoding="utf-8"), float(sys.argv[3])
-    from engine.backends.llamacpp import library
-
-    llama = library.llama()
-    params = llama.llama_model_default_params()
-    params.vocab_only = True
-    handle = llama.llama_model_load_from_file(path.encode(), params)
-    if not handle:
-        print(json.dumps({"refused": f"llama.cpp could not read the vocabulary of {path}"}), flush=True)
-        return
-    vocab = llama.llama_model_get_vocab(handle)
-    answer: dict = {}
-    threading.stack_size(PROBE_STACK_BYTES)
-    worker = threading.Thread(target=lambda: answer.update(probe(llama, vocab, text, step_s, _say_compiled)))
-    worker.start()
-    clock = _cpu_clock(worker)
-    while worker.is_alive():  # llama.cpp cannot be interrupted: past step_s of CPU the child ends itself
-        worker.join(0.05)
-        if clock is not None and worker.is_alive() and time.clock_gettime(clock) > step_s:
-            print(json.dumps({"refused": _took_too_long(step_s)}), flush=True)
-            os._exit(0)
-    print(json.dumps(answer), flush=True)
-
-
-def _cpu_clock(thread: threading.Thread):
-    """The thread's CPU-time clock, where the platform has one (else None: the parent's wall clock limits)."""
-    try:
-        return time.pthread_getcpuclockid(thread.ident)
-    except (AttributeError, OSError):
-        return None
-
-
-def probe(llama, vocab, text: str, step_s: float, compiled=lambda: None) -> dict:
-    """Compile the grammar and apply it to the whole vocabulary once (a first step, in one call), in this
-    process: the child's work, and the property test's. compiled() hears that the grammar parsed."""
-    from engine.backends.llamacpp.grammar import _apply, compile_grammar, token_data
-
-    try:
-        sampler = compile_grammar(llama, vocab, text)
-    except ValueError as error:
-        return {"refused": str(error)}
-    compiled()
-    try:
-        data = token_data(llama.llama_vocab_n_tokens(vocab))
-        data["id"] = np.arange(len(data))
-        started = time.thread_time()  # CPU time: a busy machine does not make a grammar slow
-        _apply(llama, sampler, data)
-        seconds = time.thread_time() - started
-        allowed = int(np.isfinite(data["logit"]).sum())
-        if seconds > step_s:
-            return {"refused": _took_too_long(step_s), "seconds": seconds}
-        if allowed == 0:
-            return {"refused": "the grammar allows no token of this model's vocabulary at its start: nothing "
-                    "could be generated (a character no token spells?)"}  # fmt: skip
-        return {"refused": None, "allowed": allowed, "seconds": seconds}
-    finally:
-        llama.llama_sampler_free(sampler)
-
-
-def _say_compiled() -> None:
-    sys.stdout.buffer.write(COMPILED)
-    sys.stdout.flush()

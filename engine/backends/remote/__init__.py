@@ -12,7 +12,7 @@ vLLM and llama-server, /extras/tokenize on llama-cpp-python's server), whether a
 and how forced tokens are scored: by one request that echoes the prompt with its log-probabilities (vLLM,
 where its entries line up with the prompt's tokens), or by one one-token request per forced position,
 reading its top N: llama-server does not echo, and llama-cpp-python's echo is shifted by a position that
-depends on the prompt (see RemoteModel._find_scoring).
+depends on the prompt (see Server._find_scoring).
 
 Servers answer logprobs in two forms, both read here: the legacy completions form (tokens, token_logprobs,
 top_logprobs as text -> logprob) and llama-server's list form (content[i] with id, token, bytes, logprob and
@@ -24,7 +24,9 @@ answer as it arrives, within the model's timeout for the whole answer and under 
 answer is checked field by field (answers.py) before any of it is used. Only the server's own finish reason
 ends the text; a cut connection, a missing field or a stream that stops without a reason is a fault.
 
-    model.py       RemoteModel: connecting (what the server supports), tokens, completions, scoring, Steps
+    server.py      Server: connecting (what the server supports), tokens, completions, scoring, Steps; the
+                   one object the model, the tokenizer and every context hold
+    model.py       RemoteModel: a Server with the backend contract's face
     context.py     RemoteContext: one session on a server (the backend contract's context)
     tokenizer.py   RemoteTokenizer: the server's own tokenizer, over HTTP
     connection.py  ServerConnection: the one checked request path (deadline, size cap, retries)

@@ -1,55 +1,53 @@
 """RemoteContext: one session on a server, behind the backend contract (engine.core.contract). The server
-holds no state of ours but an open stream; the numbers come from RemoteModel."""
+holds no state of ours but an open stream; every request is its Server's (server.py),
+the one object it shares with the model and the tokenizer."""
 
 import math
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
+from engine.backends.remote.server import Server
 from engine.core.steps import Candidates, Step
-
-if TYPE_CHECKING:
-    from engine.backends.remote.model import RemoteModel
 
 
 class RemoteContext:
     """One session on a server: the server holds no state of ours but an open stream (engine.core.contract)."""
 
-    def __init__(self, model: "RemoteModel"):
-        self.model = model
+    def __init__(self, server: Server):
+        self.server = server
         self._stream = None
 
     def candidates(self, ids, text, settings) -> Candidates:
-        return self.model.candidates(self.model.next_distribution(ids, text))
+        return self.server.candidates(self.server.next_distribution(ids, text))
 
     def sample(self, ids, text, settings, random, stream=False, remaining=0) -> tuple[Step | None, bool]:
         """The server draws (with its own seed: `random` is not used). A stream's tokens come without ids
         where the server sends text only: asking mid-stream would end it; close_stream fills them in."""
         if stream:
             if self._stream is None:
-                self._stream = self.model.stream(ids, text, settings, remaining)
+                self._stream = self.server.stream(ids, text, settings, remaining)
             token = next(self._stream, None)
         else:
-            token = self.model.sample(ids, text, settings)
+            token = self.server.sample(ids, text, settings)
         if token is None:  # the server ended the text, or a stream ran out
             return None, True
-        return self.model.make_step(token, "model", ask=not stream), token.finish == "stop"
+        return self.server.make_step(token, "model", ask=not stream), token.finish == "stop"
 
     def force(self, ids, text, token_ids, source, settings, options=None) -> list[Step]:
         """Forced tokens scored in place (their probabilities and the server's top N at each: one echoing
         request, or one per token where the server does not echo); each step is its id's own text."""
-        scored = self.model.score(ids, text, token_ids)
-        return [self.model.make_step(t, source, options if i == 0 else None) for i, t in enumerate(scored)]
+        scored = self.server.score(ids, text, token_ids)
+        return [self.server.make_step(t, source, options if i == 0 else None) for i, t in enumerate(scored)]
 
     def score(self, ids, settings) -> list[Step]:
         """The text's tokens after the first, scored as forced tokens (by echo where the server echoes)."""
-        return self.force(ids[:1], self.model.tokenizer.decode(ids[:1]), ids[1:], "forced", settings)
+        return self.force(ids[:1], self.server.tokenizer.decode(ids[:1]), ids[1:], "forced", settings)
 
     def option_probabilities(self, ids, text, encoded, settings) -> list[tuple[float, float]]:
         """A server reports raw probabilities only, for its top N: an option with a token outside them
         counts as 0."""
         results = []
         for token_ids in encoded:
-            scored = self.model.score(ids, text, token_ids)
+            scored = self.server.score(ids, text, token_ids)
             p = math.prod(math.exp(t.logprob) if t.logprob is not None else 0.0 for t in scored)
             results.append((p, p))
         return results
@@ -68,7 +66,7 @@ class RemoteContext:
         if not any(step.token_id < 0 and step.source == "model" for step in steps):
             return steps
         return [
-            replace(step, token_id=self.model.tokenizer.token_id(step.token))
+            replace(step, token_id=self.server.tokenizer.token_id(step.token))
             if step.token_id < 0 and step.source == "model"
             else step
             for step in steps

@@ -1,18 +1,23 @@
 """RemoteTokenizer: the server's own tokenizer, over HTTP, with what it answered kept (per text, per id)."""
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from engine.core.checks import checked_text
 
-if TYPE_CHECKING:
-    from engine.backends.remote.model import RemoteModel
+
+class Tokenizing(Protocol):
+    """What the tokenizer asks of its Server (server.py; not imported: the Server makes its tokenizer)."""
+
+    def tokenize(self, text: str) -> list[int]: ...
+
+    def detokenize(self, ids: list[int]) -> str: ...
 
 
 class RemoteTokenizer:
     """The server's own tokenizer, over HTTP (so the chart and the trace show the tokens the model sees)."""
 
-    def __init__(self, model: "RemoteModel"):
-        self.model = model
+    def __init__(self, server: Tokenizing):
+        self.server = server
         self.vocab_size = None
         self._ids: dict[str, list[int]] = {}
         self._pieces: dict[int, str] = {}
@@ -20,11 +25,11 @@ class RemoteTokenizer:
     def encode(self, text: str) -> list[int]:
         checked_text(text)
         if text not in self._ids:
-            self._ids[text] = self.model.tokenize(text) if text else []
+            self._ids[text] = self.server.tokenize(text) if text else []
         return list(self._ids[text])
 
     def decode(self, ids) -> str:
-        return self.model.detokenize([int(i) for i in ids])
+        return self.server.detokenize([int(i) for i in ids])
 
     def piece(self, token_id: int) -> str:
         """One token's own text (what a step shows and adds to the text), asked once per id."""
