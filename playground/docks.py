@@ -39,7 +39,7 @@ class Docks:
         self.by_panel: dict[int, QDockWidget] = {}
         window.setDockOptions(QMainWindow.DockOption.AnimatedDocks | QMainWindow.DockOption.AllowTabbedDocks
                               | QMainWindow.DockOption.AllowNestedDocks)  # fmt: skip
-        window.setCorner(Qt.Corner.BottomRightCorner, BOTTOM)  # the panels under the text take the whole width
+        window.setCorner(Qt.Corner.BottomRightCorner, RIGHT)  # the chart takes the whole height at the right
         for name, title, attribute, tip, scrolls in DOCKS:
             panel = getattr(window, attribute)
             dock = QDockWidget(title, window, objectName=name)
@@ -55,8 +55,8 @@ class Docks:
         return self.by_panel[id(panel)]
 
     def reset(self) -> None:
-        """The default layout: the chart right of the text; under both, the strip (or the comparison) beside the
-        panels stacked as tabs."""
+        """The default layout: the chart right of the text, its whole height; under the text, the strip (or the
+        comparison) beside the panels stacked as tabs."""
         window, docks = self.window, self.by_name
         for dock in docks.values():
             window.removeDockWidget(dock)
@@ -74,7 +74,7 @@ class Docks:
         self.by_name[RAISED].raise_()
         width = window.width()
         window.resizeDocks([docks["chartDock"]], [width // 3], Qt.Orientation.Horizontal)
-        window.resizeDocks([docks["stripDock"], first], [width * 2 // 5, width * 3 // 5], Qt.Orientation.Horizontal)
+        window.resizeDocks([docks["stripDock"], first], [width // 4, width * 5 // 12], Qt.Orientation.Horizontal)
         window.resizeDocks([first], [window.height() * 3 // 8], Qt.Orientation.Vertical)
 
     def reset_layout(self) -> None:
