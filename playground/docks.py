@@ -49,7 +49,6 @@ class Docks:
             self.by_name[name] = dock
             self.by_panel[id(panel)] = dock
         self.reset()
-        self.default_state = window.saveState(STATE_VERSION)
 
     def dock(self, panel: QWidget) -> QDockWidget:
         return self.by_panel[id(panel)]
@@ -59,8 +58,8 @@ class Docks:
         comparison) beside the panels stacked as tabs."""
         window, docks = self.window, self.by_name
         for dock in docks.values():
-            window.removeDockWidget(dock)
             dock.setFloating(False)
+            window.removeDockWidget(dock)
         window.addDockWidget(RIGHT, docks["chartDock"])
         window.addDockWidget(BOTTOM, docks["stripDock"])
         first = docks[TABBED[0]]
@@ -75,12 +74,11 @@ class Docks:
         width = window.width()
         window.resizeDocks([docks["chartDock"]], [width // 3], Qt.Orientation.Horizontal)
         window.resizeDocks([docks["stripDock"], first], [width // 4, width * 5 // 12], Qt.Orientation.Horizontal)
-        window.resizeDocks([first], [window.height() * 3 // 8], Qt.Orientation.Vertical)
+        window.resizeDocks([first], [window.height() // 3], Qt.Orientation.Vertical)
 
     def reset_layout(self) -> None:
-        """View > Reset layout: the state the window had at start, before anything remembered."""
+        """View > Reset layout: the default layout, sized for the window as it is now."""
         self.reset()
-        self.window.restoreState(self.default_state, STATE_VERSION)
 
     def show(self, panel: QWidget) -> None:
         """Show the dock that holds panel and bring it in front of the docks stacked with it."""

@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (
     QStyle,
     QStyleOptionComboBox,
 )
+from test_window import step
 
 from playground import MainWindow
 
@@ -145,4 +146,24 @@ def test_a_layout_the_window_cannot_read_is_ignored_with_a_note(qtbot, story_mod
     qtbot.addWidget(win)
     assert "layout" in win.message_label.text()
     assert not dock(win, "rulesDock").isHidden() and dock(win, "compareDock").isHidden()
+    win.close()
+
+
+def cut_chart_labels(chart) -> list[str]:
+    """The chart's token labels that reach past the plot's left edge (a person reads 'pulation')."""
+    left = chart.plot.getPlotItem().vb.sceneBoundingRect().left()
+    return [item.textItem.toPlainText() for item in chart._tokens
+            if item.textItem.toPlainText() and item.sceneBoundingRect().left() < left - 0.5]  # fmt: skip
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s.width()}x{s.height()}")
+def test_the_charts_token_labels_are_whole_on_a_model_with_long_tokens(qtbot, smollm2_llamacpp, prefs, size):
+    win = shown_window(qtbot, smollm2_llamacpp, prefs)
+    settle(qtbot, win, size)
+    win.controls.prompt.setPlainText("The city's population grew as the municipality's administration")
+    step(qtbot, win)
+    win.chart.flush()
+    qtbot.wait(30)
+    assert max(len(label) for label in win.chart.labels()) >= 8  # long tokens to show
+    assert cut_chart_labels(win.chart) == []
     win.close()
