@@ -14,7 +14,7 @@ from PySide6.QtWidgets import (
     QStyle,
     QStyleOptionComboBox,
 )
-from test_window import step
+from test_window import generate, step
 
 from playground import MainWindow
 
@@ -150,10 +150,12 @@ def test_a_layout_the_window_cannot_read_is_ignored_with_a_note(qtbot, story_mod
 
 
 def cut_chart_labels(chart) -> list[str]:
-    """The chart's token labels that reach past the plot's left edge (a person reads 'pulation')."""
-    left = chart.plot.getPlotItem().vb.sceneBoundingRect().left()
-    return [item.textItem.toPlainText() for item in chart._tokens
-            if item.textItem.toPlainText() and item.sceneBoundingRect().left() < left - 0.5]  # fmt: skip
+    """The chart's token labels that reach past the plot's left edge (a person reads 'pulation'), and its values
+    that reach past the right edge ('0.99' for 0.999)."""
+    box = chart.plot.getPlotItem().vb.sceneBoundingRect()
+    tokens = [item for item in chart._tokens if item.sceneBoundingRect().left() < box.left() - 0.5]
+    values = [item for item in chart._values if item.sceneBoundingRect().right() > box.right() + 0.5]
+    return [item.textItem.toPlainText() for item in tokens + values if item.textItem.toPlainText()]
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s.width()}x{s.height()}")
@@ -167,3 +169,13 @@ def test_the_charts_token_labels_are_whole_on_a_model_with_long_tokens(qtbot, sm
     assert max(len(label) for label in win.chart.labels()) >= 8  # long tokens to show
     assert cut_chart_labels(win.chart) == []
     win.close()
+
+
+def test_the_charts_value_beside_a_full_bar_is_whole_in_the_narrow_default_chart(qtbot, window):
+    settle(qtbot, window, QSize(1024, 700))
+    generate(qtbot, window)
+    window.token_view.click_step(3)  # ' the' after "mia goes to": p 0.999
+    window.chart.flush()
+    qtbot.wait(30)
+    assert window.chart.value_texts()[0] == "0.999"
+    assert cut_chart_labels(window.chart) == []

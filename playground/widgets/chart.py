@@ -15,7 +15,7 @@ import re
 
 import pyqtgraph as pg
 from PySide6.QtCore import QPoint, QPointF, QRect, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QFont, QPalette
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QPalette
 from PySide6.QtWidgets import QButtonGroup, QLabel, QLayout, QRadioButton, QToolTip, QVBoxLayout, QWidget
 
 from engine import GREEDY, STAGE_NAMES, TOP_CANDIDATES
@@ -169,7 +169,7 @@ class DistributionChart(QWidget):
         self.plot.setMouseEnabled(x=False, y=False)
         self.plot.hideButtons()
         self.plot.setXRange(LABEL_SPACE, RIGHT_EDGE, padding=0)
-        self.label_space = LABEL_SPACE
+        self.label_space, self._x_range = LABEL_SPACE, (LABEL_SPACE, RIGHT_EDGE)
         self.plot.setYRange(-0.6, TOP_CANDIDATES - 0.4, padding=0)
         self.plot.getPlotItem().invertY(True)
         self.plot.setLabel("bottom", "probability")
@@ -444,17 +444,20 @@ class DistributionChart(QWidget):
                 label.setPos(probabilities[row] + 0.01, row)
 
     def _fit_labels(self) -> None:
-        """Widen the x range left of 0 until the widest token label fits whole in the plot (a narrow chart cut
-        " population" to "pulation"); the bars keep the rest."""
+        """Give the token labels (left of 0) and a full bar's value (right of 1) the pixels they need and the bars
+        the rest: a narrow chart cut " population" to "pulation" and 0.999 to "0.99"."""
         width = self.plot.getPlotItem().vb.width()
-        widest = max((label.textItem.boundingRect().width() for label in self._tokens), default=0.0) + 6
         if width <= 0:
             return
-        share = min(MAX_LABEL_SHARE, widest / width)
-        space = min(LABEL_SPACE, -share * RIGHT_EDGE / (1 - share))
-        if space != self.label_space:
-            self.label_space = space
-            self.plot.setXRange(space, RIGHT_EDGE, padding=0)
+        labels = max((label.textItem.boundingRect().width() for label in self._tokens), default=0.0) + 6
+        value = (
+            QFontMetrics(self._values[0].textItem.font()).horizontalAdvance("0.999") + 20
+        )  # (the item pads its text)
+        scale = min(width / (RIGHT_EDGE - LABEL_SPACE), max(width - labels - value, width * (1 - MAX_LABEL_SHARE)))
+        space = min(LABEL_SPACE, -labels / scale)  # (scale: px per unit of probability, the bars')
+        if (space, space + width / scale) != self._x_range:
+            self.label_space, self._x_range = space, (space, space + width / scale)
+            self.plot.setXRange(*self._x_range, padding=0)
             self.empty_hint.setPos((space + RIGHT_EDGE) / 2, TOP_CANDIDATES / 2 - 2)
 
     def set_live(self, live: bool) -> None:
