@@ -48,6 +48,7 @@ any_value = st.one_of(
 VALUES = {
     f"prompt/{STORY}": st.text(NOT_SURROGATES, max_size=200) | huge_text | any_value,
     "windowState": any_value,  # never a layout of the window's docks: ignored, with a note
+    "windowGeometry": any_value,
     "stage": st.sampled_from(["raw", "final", "top_k", "temperature"]) | any_value,
     "colourBy": st.sampled_from(COLOUR_MODES) | any_value,
     "leastConfidentBy": st.sampled_from(RANK_BY) | any_value,
@@ -96,6 +97,7 @@ def start_and_check(qtbot, story_model, path) -> None:
         assert "Unexpected error" not in note
         check_prompt(win, held.get(f"prompt/{STORY}"), note)
         assert held.get("windowState") is None or "layout" in note
+        assert held.get("windowGeometry") is None or "window geometry" in note
         check_choice(held.get("stage"), win.chart.stage(), "chart stage", note, lambda v: v in win.chart.stages())
         check_choice(held.get("colourBy"), win.colour_by.currentText(), "colour by", note, COLOUR_MODES.__contains__)
         check_choice(held.get("leastConfidentBy"), win.uncertainty_strip.rank_by.currentText(), "least confident by",
