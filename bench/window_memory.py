@@ -85,7 +85,7 @@ class Cycler:
     def cycle(self) -> None:
         window, panel = self.window, self.panel
         self.expanded = None
-        window.side_tabs.setCurrentWidget(panel)
+        window.show_panel(panel)
         panel.tree.clearSelection()  # Expand grows from the text's end
         click(window, "expandButton")
         wait_until(lambda: self.expanded is not None and self.idle())

@@ -82,6 +82,7 @@ class Comparing(QObject):
     def close(self) -> None:
         self.panel.clear()
         self.panel.hide()
+        self.window.docks.hide(self.panel)
         self.second_name, self._again, self._opening = None, False, False
         self.dropRequested.emit()
 
@@ -109,6 +110,7 @@ class Comparing(QObject):
         self.second_name = second_name
         self.panel.show_comparison(comparison, first_name, second_name)
         self.panel.show()
+        self.window.show_panel(self.panel)
         self.status(f"Compared with {second_name}: {self.panel.summary.text()}")
         self.shown.emit(comparison)
         if self._again:

@@ -64,7 +64,7 @@ class LookingInside(QObject):
         self.scales: tuple = ()  # the session's steered heads, as the worker last said
         self.lookRequested.connect(worker.look_inside)
         worker.insideReady.connect(self._on_ready)
-        window.side_tabs.currentChanged.connect(lambda _index: self.refresh())
+        window.docks.dock(self.panel).visibilityChanged.connect(lambda _shown: self.refresh())
         window.token_view.stepsChanged.connect(lambda _start: self._text_changed())
         self.panel.layerChosen.connect(self.show_layer)
         self.panel.headsSteered.connect(self.steer)
@@ -109,7 +109,7 @@ class LookingInside(QObject):
 
     def refresh(self) -> None:
         """Ask for what the view selects, if the tab is shown, the model has layers and nothing runs."""
-        if self.window.side_tabs.currentWidget() is not self.panel or not self.model().capabilities.inside:
+        if not self.window.panel_shown(self.panel) or not self.model().capabilities.inside:
             return
         if self.busy():
             self._forget(BUSY)

@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, QSize, Qt
-from PySide6.QtGui import QAction, QColor, QKeySequence
+from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QComboBox,
     QFileDialog,
@@ -18,7 +18,6 @@ from PySide6.QtWidgets import (
     QPushButton,
     QScrollArea,
     QSplitter,
-    QTabWidget,
     QVBoxLayout,
     QWidget,
 )  # fmt: skip
@@ -26,6 +25,7 @@ from PySide6.QtWidgets import (
 import engine
 
 from .controller import Controller
+from .docks import Docks
 from .errors import ExceptionHook
 from .model_picker import example_prompt
 from .palette import DEFAULT_PALETTE, PALETTES
@@ -33,7 +33,7 @@ from .recovery import RecoveryBanner
 from .remembered import RememberedReader, notes_text, prompt_to_remember, quoted
 from .run_speed import runtime_text
 from .shortcuts import install as install_shortcuts
-from .shortcuts import palette_menu
+from .shortcuts import menu, palette_menu
 from .widgets.chart import DistributionChart
 from .widgets.comparison_panel import ComparisonPanel
 from .widgets.controls import Controls
@@ -76,8 +76,7 @@ class MainWindow(QMainWindow):
         self.colour_by = QComboBox(objectName="colourBy")
         self.colour_by.addItems(COLOUR_MODES)
         self.colour_by.setToolTip("what the tokens' background colours show")
-        self.colour_by.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        self.colour_by.setMinimumContentsLength(9)
+        self.colour_by.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)  # "drawn probability" whole
         self.legend = QLabel("", objectName="legendLabel")
         self.legend.setTextFormat(Qt.TextFormat.RichText)
         self.legend.setWordWrap(True)  # the window can be narrow (1024 px)
@@ -87,6 +86,7 @@ class MainWindow(QMainWindow):
         self.inside_panel = InsidePanel()
         self.insert_edit = QLineEdit(objectName="insertTextEdit")
         self.insert_edit.setPlaceholderText("Text to write into the model's output, as if it had said it")
+        self.insert_edit.setMinimumWidth(self.insert_edit.fontMetrics().horizontalAdvance("Text to write in"))
         self.insert_button = QPushButton("Insert", objectName="insertButton")
         self.insert_button.setToolTip(
             "Append this text as forced tokens (Return); Step or Generate then carries on from it"
@@ -126,6 +126,7 @@ class MainWindow(QMainWindow):
         self.exception_hook.install()
         self.shortcut_actions = install_shortcuts(self)  # Run, Go, View, Help: every command on the keyboard
         self.palette_actions = palette_menu(self, DEFAULT_PALETTE, self.set_palette)
+        self.reset_layout_action = self.docks.fill_menu(menu(self, "&View"))  # each dock, and Reset layout
         self._restore()
         self.controller.check_prompt()
 
@@ -164,8 +165,6 @@ class MainWindow(QMainWindow):
         text_layout.addWidget(self.steering_banner)
         text_layout.addWidget(self.token_view, 1)
         text_layout.addWidget(self.healing_note)
-        text_layout.addWidget(self.uncertainty_strip)
-        text_layout.addWidget(self.comparison_panel)
         legend_row = QHBoxLayout()
         legend_row.addWidget(QLabel("Colour by"))
         legend_row.addWidget(self.colour_by)
@@ -179,31 +178,18 @@ class MainWindow(QMainWindow):
         sampler_scroll.setWidgetResizable(True)
         sampler_scroll.setFrameShape(QScrollArea.Shape.NoFrame)
         sampler_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.side_tabs = QTabWidget(objectName="sideTabs")
-        self.side_tabs.addTab(self.rules_panel, "Rules")
-        self.side_tabs.addTab(sampler_scroll, "Samplers")
-        self.side_tabs.setTabToolTip(
-            1, "Penalties, DRY, XTC, typical-p, top-n-σ, logit bias, and the order of the stages"
-        )
-        self.side_tabs.addTab(self.seeds_panel, "Seeds")
-        self.side_tabs.setTabToolTip(2, "Many seeds from where the text is: what they write, how often")
-        self.side_tabs.addTab(self.tree_panel, "Tree")
-        self.side_tabs.setTabToolTip(3, "Every branch of the text: click a row to make its branch the text")
-        self.side_tabs.addTab(self.inside_panel, "Inside")
-        self.side_tabs.setTabToolTip(4, "Inside the model at the selected token: what each layer would predict "
-                                        "(logit lens) and where each head looks (attention)")  # fmt: skip
+        self.docks = Docks(self)  # every other view: the chart, the panels, the strip (playground/docks.py)
 
-        left = QWidget()  # the controls keep their height (a warning under the prompt grows them), the tabs the rest
+        main = QSplitter(Qt.Orientation.Horizontal)
+        left = QWidget()  # the controls keep their height (a warning under the prompt grows them)
         left_layout = QVBoxLayout(left)
         left_layout.setContentsMargins(0, 0, 0, 0)
         left_layout.addWidget(self.controls)
-        left_layout.addWidget(self.side_tabs, 1)
-
-        main = QSplitter(Qt.Orientation.Horizontal)
+        left_layout.addStretch(1)
         main.addWidget(ScrollColumn(left, "leftColumn"))  # a short window scrolls it: the window never grows
         main.addWidget(text_column)
-        main.addWidget(self.chart)
-        main.setSizes([390, 520, 450])
+        main.setSizes([300, 520])
+        main.setStretchFactor(1, 1)
         main.setChildrenCollapsible(False)
 
         central = QWidget()
@@ -305,19 +291,26 @@ class MainWindow(QMainWindow):
                 QMessageBox.warning(self, "Open trace", str(error))
 
     def show_samplers(self) -> None:
-        self.side_tabs.setCurrentWidget(self.sampler_scroll)
+        self.show_panel(self.sampler_scroll)
+
+    def show_panel(self, panel) -> None:
+        """Show the dock that holds this panel (self.tree_panel, self.chart, ...) in front of those stacked with it."""
+        self.docks.show(panel)
+
+    def panel_shown(self, panel) -> bool:
+        """Whether the panel's dock is shown and in front (not behind another tab)."""
+        return self.docks.raised(panel)
 
     def _mark_sampler_problem(self) -> None:
         """The Samplers tab says when one of its fields keeps Generate off (and comes to the front, where the
         field's message is, if the person is not there already: opening a trace, another model)."""
         problem = self.controls.settings_problem()
-        index = self.side_tabs.indexOf(self.sampler_scroll)
+        dock = self.docks.dock(self.sampler_scroll)
         title = "Samplers ⚠" if problem else "Samplers"
-        if self.side_tabs.tabText(index) != title:
-            self.side_tabs.setTabText(index, title)
-            self.side_tabs.tabBar().setTabTextColor(index, QColor("#e74c3c") if problem else QColor())
+        if dock.windowTitle() != title:
+            dock.setWindowTitle(title)  # the title's sign, not a colour: the tab shows it too
             if problem:
-                self.side_tabs.setCurrentIndex(index)
+                self.show_samplers()
 
     # --- remembered across launches ----------------------------------------------------------------------
     def _restore(self) -> None:
@@ -325,7 +318,7 @@ class MainWindow(QMainWindow):
         default, and the status bar says which and why."""
         read = RememberedReader(self.prefs)
         self.controls.prompt.setPlainText(read.prompt(f"prompt/{self.model.name}", example_prompt(self.model)))
-        self.side_tabs.setCurrentIndex(read.index("sideTab", self.side_tabs.count(), "side tab"))
+        self.docks.restore(read)  # the layout of the docks, as the window was closed
         read.notes += self.restore_settings(self.model, notes=read.notes)
         self.chart.set_stage(read.choice("stage", self.chart.stages(), "final", "chart stage"))
         self.set_palette(read.choice("palette", PALETTES, DEFAULT_PALETTE, "colour palette"))
@@ -386,7 +379,7 @@ class MainWindow(QMainWindow):
         self.prefs.setValue(f"prompt/{self.model.name}", prompt_to_remember(self.controls.prompt.toPlainText()))
         self.remember_settings(self.model)
         self.prefs.setValue("stage", self.chart.stage())
-        self.prefs.setValue("sideTab", self.side_tabs.currentIndex())
+        self.docks.save(self.prefs)
         self.prefs.setValue("colourBy", self.colour_by.currentText())
         self.prefs.setValue("palette", self.token_view.palette_name)
         self.prefs.setValue("leastConfidentBy", self.uncertainty_strip.rank_by.currentText())

@@ -1,6 +1,6 @@
 """Render the window offscreen after a real generation and save a PNG:
 
-    python -m playground.screenshot docs/screenshot.png [smollm2]
+    python -m playground.screenshot docs/screenshot.png [smollm2] [1360x820]
 
 The story model generates greedily (the defaults a newcomer sees) with a rule in place, then the step where
 the model's own distribution is widest is selected: under greedy the chart shows the raw softmax with the
@@ -17,7 +17,7 @@ from PySide6.QtCore import QSettings, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
 
-def render(path: Path, model_name: str | None = None, timeout_ms: int = 120000) -> Path:
+def render(path: Path, model_name: str | None = None, timeout_ms: int = 120000, size=(1360, 820)) -> Path:
     app = QApplication.instance() or QApplication([])
     import engine
 
@@ -25,7 +25,8 @@ def render(path: Path, model_name: str | None = None, timeout_ms: int = 120000) 
 
     prefs = QSettings(str(Path(tempfile.mkdtemp()) / "screenshot.ini"), QSettings.Format.IniFormat)
     window = MainWindow(model=engine.load_model(model_name) if model_name else None, settings=prefs)
-    window.resize(1360, 820)
+    window.resize(*size)
+    window.docks.reset_layout()  # the default layout, laid out for this size
     if model_name is None:
         window.controls.prompt.setPlainText("ben has a blue fan.")
         window.controls.set_settings({"temperature": 0.0, "seed": 0, "max_new_tokens": 60})
@@ -66,4 +67,6 @@ def render(path: Path, model_name: str | None = None, timeout_ms: int = 120000) 
 
 if __name__ == "__main__":
     target = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/screenshot.png")
-    print(render(target, sys.argv[2] if len(sys.argv) > 2 else None))
+    name = sys.argv[2] if len(sys.argv) > 2 and sys.argv[2] != "story" else None
+    width, height = (int(n) for n in (sys.argv[3] if len(sys.argv) > 3 else "1360x820").split("x"))
+    print(render(target, name, size=(width, height)))

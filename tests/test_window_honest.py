@@ -67,11 +67,12 @@ def test_the_window_keeps_its_size_whatever_it_shows(qtbot, window):
         assert field.height() >= field.minimumSizeHint().height(), field.objectName()
     type_prompt(qtbot, window, "mia has a red ball.")
     generate(qtbot, window)
-    for index in range(window.side_tabs.count()):  # every tab, the Inside tab's tall panel too
-        window.side_tabs.setCurrentIndex(index)
+    for panel in (window.rules_panel, window.sampler_scroll, window.seeds_panel, window.tree_panel,
+                  window.inside_panel):  # every tab, the Inside tab's tall panel too  # fmt: skip
+        window.show_panel(panel)
         qtbot.wait(20)
-        assert window.size() == QSize(1024, 700), window.side_tabs.tabText(index)
-    window.side_tabs.setCurrentWidget(window.seeds_panel)
+        assert window.size() == QSize(1024, 700), panel.objectName()
+    window.show_panel(window.seeds_panel)
     window.token_view.click_step(3)  # the story has ended: seeds from an earlier token
     with qtbot.waitSignal(window.controller.seedsShown, timeout=WAIT):
         window.controller.run_seeds(8)

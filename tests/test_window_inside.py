@@ -34,7 +34,7 @@ def test_the_lens_and_attention_of_a_selected_step(qtbot, window, monkeypatch):
     calls = counting(monkeypatch)
     type_prompt(qtbot, window, PROMPT)
     window.controls.max_tokens.setValue(3)
-    window.side_tabs.setCurrentWidget(window.inside_panel)  # open while generating: nothing per token
+    window.show_panel(window.inside_panel)  # open while generating: nothing per token
     with qtbot.waitSignal(window.controller.inside.shown, timeout=WAIT) as done:
         generate(qtbot, window)
     assert len(calls) == 1 and calls[0] is not threading.main_thread()  # once, for the next token, in the worker
@@ -79,7 +79,7 @@ def test_a_backend_without_layers_says_so(qtbot, smollm2_llamacpp, prefs):
     from conftest import shown_window
 
     window = shown_window(qtbot, smollm2_llamacpp, prefs)
-    window.side_tabs.setCurrentWidget(window.inside_panel)
+    window.show_panel(window.inside_panel)
     note = child(window, QLabel, "insideUnavailable")
     assert note.isVisible() and "numpy engine" in note.text() and smollm2_llamacpp.name in note.text()
     window.close()

@@ -51,7 +51,7 @@ def banner(win):
 
 def open_inside_and_step(qtbot, win, prompt=PROMPT):
     """The tab open, a prompt typed, one Step: the tab shows the next token."""
-    win.side_tabs.setCurrentWidget(win.inside_panel)
+    win.show_panel(win.inside_panel)
     type_prompt(qtbot, win, prompt)
     with qtbot.waitSignal(win.controller.inside.shown, timeout=LOAD_WAIT) as done:
         step(qtbot, win)
@@ -206,7 +206,7 @@ def test_a_banner_says_which_heads_are_steered_and_restores_them(qtbot, window, 
     text, restore = banner(window)
     assert not text.isVisible() and not restore.isVisible()
     steered(qtbot, window, [(0, 3, 0.0), (0, 1, 0.5)])
-    window.side_tabs.setCurrentIndex(0)  # on another tab, the banner is there all the same
+    window.show_panel(window.rules_panel)  # on another tab, the banner is there all the same
     assert text.isVisible() and restore.isVisible()
     assert text.text() == "Steering: layer 1 head 2 ×0.5, layer 1 head 4 ablated"
     assert same_size(window, before)
@@ -215,7 +215,7 @@ def test_a_banner_says_which_heads_are_steered_and_restores_them(qtbot, window, 
     qtbot.waitUntil(lambda: not text.isVisible(), timeout=WAIT)
     assert window.session().head_scales == () and same_size(window, before)
 
-    window.side_tabs.setCurrentWidget(window.inside_panel)
+    window.show_panel(window.inside_panel)
     steered(qtbot, window, [(0, head, 0.25) for head in range(8)])  # many heads: two lines, then how many more
     assert text.text().startswith("Steering: layer 1 head 1 ×0.25, ") and text.text().endswith("more heads")
     assert same_size(window, before)

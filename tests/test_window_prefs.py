@@ -102,19 +102,19 @@ def test_a_prompt_within_the_cap_is_remembered_whole_and_not_noted(qtbot, story_
 
 
 def test_each_preference_the_window_cannot_show_starts_from_its_default_and_is_named(qtbot, story_model, prefs):
-    bad = {"sideTab": "²", "stage": "nowhere", "colourBy": ["a", "b"], "leastConfidentBy": "gut feeling",
+    bad = {"windowState": "²", "stage": "nowhere", "colourBy": ["a", "b"], "leastConfidentBy": "gut feeling",
            f"prompt/{story_model.name}": 12, "settings": json.dumps({"temperature": -3, "seed": 7, "nonsense": 1})}  # fmt: skip
     for key, value in bad.items():
         prefs.setValue(key, value)
-    win = MainWindow(model=story_model, settings=prefs)  # sideTab "²" raised ValueError: int("²")
+    win = MainWindow(model=story_model, settings=prefs)  # (a side tab "²" once raised ValueError: int("²"))
     qtbot.addWidget(win)
     status = win.message_label.text()
     assert status.startswith("Preferences reset (the window cannot show them as remembered): ")
-    for named in ("side tab '²' (not a number from 0 to 4)", "chart stage 'nowhere'", "colour by ['a', 'b'] (not text)",
+    for named in ("layout '²' (not a layout of these docks)", "chart stage 'nowhere'", "colour by ['a', 'b'] (not text)",
                   "least confident by 'gut feeling'", "prompt 12 (not text)", "setting 'temperature' = -3 (temperature",
                   "setting 'nonsense' = 1 (not a setting)"):  # fmt: skip
         assert named in status
-    assert win.side_tabs.currentIndex() == 0 and win.chart.stage() == "final"
+    assert win.panel_shown(win.rules_panel) and win.chart.stage() == "final"
     assert win.colour_by.currentText() == "drawn probability"
     assert win.controls.prompt.toPlainText() == "mia has a red ball."
     assert win.controls.settings()["seed"] == 7 and win.controls.settings()["temperature"] == 0.0  # the good one kept
@@ -124,12 +124,12 @@ def test_each_preference_the_window_cannot_show_starts_from_its_default_and_is_n
 
 
 def test_good_preferences_are_shown_without_a_note(qtbot, story_model, prefs):
-    good = {"sideTab": 2, "stage": "raw", "colourBy": "entropy", "leastConfidentBy": "entropy"}
+    good = {"stage": "raw", "colourBy": "entropy", "leastConfidentBy": "entropy"}
     for key, value in good.items():
         prefs.setValue(key, value)
     win = MainWindow(model=story_model, settings=prefs)
     qtbot.addWidget(win)
-    assert win.message_label.text() == "" and win.side_tabs.currentIndex() == 2
+    assert win.message_label.text() == ""
     assert win.chart.stage() == "raw" and win.colour_by.currentText() == "entropy"
     assert win.uncertainty_strip.rank_by.currentText() == "entropy"
     win.close()

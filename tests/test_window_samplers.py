@@ -8,6 +8,7 @@ import pytest
 from PySide6.QtCore import QPoint, QPointF, QSettings, Qt
 from PySide6.QtGui import QDropEvent
 from PySide6.QtWidgets import (
+    QDockWidget,
     QDoubleSpinBox,
     QLabel,
     QLineEdit,
@@ -185,7 +186,8 @@ def test_a_bad_logit_bias_shows_the_engines_message_and_keeps_generate_off(qtbot
     qtbot.keyClicks(field, "5:lots")
     assert error.isVisible() and "logit_bias for token 5 must be a finite number" in error.text()
     assert not generate_button.isEnabled() and not child(window, QPushButton, "stepButton").isEnabled()
-    assert window.side_tabs.tabText(window.side_tabs.currentIndex()).startswith("Samplers ⚠")
+    samplers = window.findChild(QDockWidget, "samplersDock")
+    assert samplers.windowTitle() == "Samplers ⚠" and window.panel_shown(window.sampler_scroll)
     qtbot.keyClick(window.controls.prompt, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)  # no run
     qtbot.wait(50)
     assert window.token_view.step_count() == 0 and not window.controller.running
@@ -198,7 +200,7 @@ def test_a_bad_logit_bias_shows_the_engines_message_and_keeps_generate_off(qtbot
     assert "is not id:bias" in error.text() and not generate_button.isEnabled()
     field.setText("12:-3, 20:-inf")
     assert not error.isVisible() and generate_button.isEnabled()
-    assert window.side_tabs.tabText(window.side_tabs.currentIndex()) == "Samplers"
+    assert samplers.windowTitle() == "Samplers"
     assert window.controls.settings()["logit_bias"] == [[12, -3.0], [20, None]]
 
 
@@ -240,7 +242,9 @@ def test_the_panel_is_remembered(qtbot, story_model, prefs):
     qtbot.addWidget(second)
     assert second.controls.settings() == wanted
     assert wanted["logit_bias"] == [[3, 2.5], [9, None]] and wanted["dry_sequence_breakers"] == ["\n", "###"]
-    assert second.side_tabs.currentWidget() is second.sampler_scroll
+    second.show()
+    qtbot.waitExposed(second)
+    assert second.panel_shown(second.sampler_scroll) and not second.panel_shown(second.rules_panel)
     second.close()
 
 

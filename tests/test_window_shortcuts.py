@@ -75,9 +75,9 @@ def test_alt_left_and_right_move_the_selected_token(qtbot, window):
 
 def test_alt_digits_bring_each_view_forward(qtbot, window):
     press(qtbot, window, "Alt+5")
-    assert window.inside_panel.isVisible()
+    assert window.panel_shown(window.inside_panel)
     press(qtbot, window, "Alt+4")
-    assert window.tree_panel.isVisible() and not window.inside_panel.isVisible()
+    assert window.panel_shown(window.tree_panel) and not window.panel_shown(window.inside_panel)
 
 
 def test_the_insert_shortcut_puts_the_keyboard_in_the_insert_field(qtbot, window):

@@ -35,7 +35,7 @@ def row_looks_skipped(panel, row) -> bool:
 
 def test_command_rules_are_greyed_and_say_why_while_commands_are_off(qtbot, window):
     panel = window.rules_panel
-    window.side_tabs.setCurrentWidget(panel)
+    window.show_panel(panel)
     panel.add_rule(" goes to the", "insert", " barn")
     panel.add_rule(" the", "command", COMMAND)
     line = panel.findChild(QLabel, "skippedRulesLabel")

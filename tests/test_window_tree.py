@@ -55,7 +55,7 @@ def test_a_new_branch_keeps_the_old_one_and_a_click_brings_it_back(qtbot, window
 
 def expand_from_end(qtbot, window, top_k=3, depth=3, budget=20, raw=True):
     panel = window.tree_panel
-    window.side_tabs.setCurrentWidget(panel)
+    window.show_panel(panel)
     child(window, QSpinBox, "expandTopK").setValue(top_k)
     child(window, QSpinBox, "expandDepth").setValue(depth)
     child(window, QSpinBox, "expandBudget").setValue(budget)
@@ -126,7 +126,7 @@ def test_cancel_keeps_the_levels_finished(qtbot, window):
     for name, value in (("expandTopK", 6), ("expandDepth", 8), ("expandBudget", 10000)):
         child(window, QSpinBox, name).setValue(value)
     child(window, QCheckBox, "expandRaw").setChecked(True)
-    window.side_tabs.setCurrentWidget(window.tree_panel)
+    window.show_panel(window.tree_panel)
     with qtbot.waitSignal(window.controller.worker.expandProgress, timeout=WAIT):
         qtbot.mouseClick(child(window, QPushButton, "expandButton"), Qt.MouseButton.LeftButton)
     assert window.stop_reason.text() == "Expanding the tree..."

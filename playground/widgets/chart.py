@@ -15,13 +15,14 @@ import re
 
 import pyqtgraph as pg
 from PySide6.QtCore import QPoint, QPointF, QRect, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QFont, QPalette
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QPalette
 from PySide6.QtWidgets import QButtonGroup, QLabel, QLayout, QRadioButton, QToolTip, QVBoxLayout, QWidget
 
 from engine import GREEDY, STAGE_NAMES, TOP_CANDIDATES
 
 FRAME_MS = 16  # at most ~60 repaints per second
-LABEL_SPACE = -0.42  # the x range left of 0 that holds the token labels
+LABEL_SPACE = -0.42  # the x range left of 0 that holds the token labels (more in a narrow chart: _fit_labels)
+MAX_LABEL_SHARE = 0.6  # the labels never take more than this share of the plot's width
 RIGHT_EDGE = 1.2  # room right of a full bar for its value ("1.000") in a narrow chart
 LIVE_FPS = 15  # while tokens stream: a person cannot read faster, and painting competes for the GIL
 EMPTY_HINT = "Press Step (Ctrl+→): the next token's\ncandidates appear here as bars.\nClick a bar to force that token."
@@ -168,6 +169,7 @@ class DistributionChart(QWidget):
         self.plot.setMouseEnabled(x=False, y=False)
         self.plot.hideButtons()
         self.plot.setXRange(LABEL_SPACE, RIGHT_EDGE, padding=0)
+        self.label_space, self._x_range = LABEL_SPACE, (LABEL_SPACE, RIGHT_EDGE)
         self.plot.setYRange(-0.6, TOP_CANDIDATES - 0.4, padding=0)
         self.plot.getPlotItem().invertY(True)
         self.plot.setLabel("bottom", "probability")
@@ -188,6 +190,7 @@ class DistributionChart(QWidget):
         self.empty_hint = pg.TextItem(EMPTY_HINT, anchor=(0.5, 0.5))  # what the chart is for, until it has bars
         self.empty_hint.setPos((LABEL_SPACE + RIGHT_EDGE) / 2, TOP_CANDIDATES / 2 - 2)
         self.plot.addItem(self.empty_hint)
+        self.plot.getPlotItem().vb.sigResized.connect(lambda _box: self._fit_labels())
         self.plot.scene().sigMouseClicked.connect(self._clicked)
         self.plot.scene().sigMouseMoved.connect(self._hovered)
 
@@ -421,6 +424,7 @@ class DistributionChart(QWidget):
             for row, label in enumerate(self._tokens):
                 label.setText(bar_label(tokens[row]) if row < len(tokens) else "")
             self._drawn_tokens = tokens
+            self._fit_labels()
         removed = self._removed_now(candidates, only) if candidates is not None else []
         removed += [None] * (TOP_CANDIDATES - len(removed))
         if removed != self._drawn_removed:  # a removed token: greyed, "removed by top-p" where its value was
@@ -439,6 +443,23 @@ class DistributionChart(QWidget):
             if row < rows and label.pos().x() != probabilities[row] + 0.01:
                 label.setPos(probabilities[row] + 0.01, row)
 
+    def _fit_labels(self) -> None:
+        """Give the token labels (left of 0) and a full bar's value (right of 1) the pixels they need and the bars
+        the rest: a narrow chart cut " population" to "pulation" and 0.999 to "0.99"."""
+        width = self.plot.getPlotItem().vb.width()
+        if width <= 0:
+            return
+        labels = max((label.textItem.boundingRect().width() for label in self._tokens), default=0.0) + 6
+        value = (
+            QFontMetrics(self._values[0].textItem.font()).horizontalAdvance("0.999") + 20
+        )  # (the item pads its text)
+        scale = min(width / (RIGHT_EDGE - LABEL_SPACE), max(width - labels - value, width * (1 - MAX_LABEL_SHARE)))
+        space = min(LABEL_SPACE, -labels / scale)  # (scale: px per unit of probability, the bars')
+        if (space, space + width / scale) != self._x_range:
+            self.label_space, self._x_range = space, (space, space + width / scale)
+            self.plot.setXRange(*self._x_range, padding=0)
+            self.empty_hint.setPos((space + RIGHT_EDGE) / 2, TOP_CANDIDATES / 2 - 2)
+
     def set_live(self, live: bool) -> None:
         """While tokens stream, repaint at most LIVE_FPS times a second; otherwise at up to 60."""
         self._timer.setInterval(1000 // LIVE_FPS if live else FRAME_MS)
@@ -448,13 +469,13 @@ class DistributionChart(QWidget):
             return
         point = self.plot.getPlotItem().vb.mapSceneToView(QPointF(event.scenePos()))
         row = round(point.y())
-        if 0 <= row < len(self._candidates.token_ids) and point.x() >= LABEL_SPACE:  # a bar or its label
+        if 0 <= row < len(self._candidates.token_ids) and point.x() >= self.label_space:  # a bar or its label
             self.barClicked.emit(self._candidates.token_ids[row], self._candidates.tokens[row])
 
     def _hovered(self, scene_pos) -> None:
         point = self.plot.getPlotItem().vb.mapSceneToView(QPointF(scene_pos))
         row = round(point.y())
-        text = self.hover_text(row) if point.x() >= LABEL_SPACE else ""
+        text = self.hover_text(row) if point.x() >= self.label_space else ""
         if text:
             where = self.plot.viewport().mapToGlobal(self.plot.mapFromScene(QPointF(scene_pos)))
             QToolTip.showText(where, text, self.plot)

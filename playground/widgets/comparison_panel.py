@@ -60,7 +60,7 @@ class ComparisonPanel(QWidget):
         self.plot.setMenuEnabled(False)
         self.plot.setMouseEnabled(x=False, y=False)
         self.plot.hideButtons()
-        self.plot.setFixedHeight(PLOT_HEIGHT)
+        self.plot.setMinimumHeight(PLOT_HEIGHT)  # in a dock: as tall as the dock is
         self.plot.hideAxis("bottom")
         self.plot.getAxis("left").setWidth(26)
         self.bars = pg.BarGraphItem(x=[], height=[], width=0.8)
@@ -72,7 +72,7 @@ class ComparisonPanel(QWidget):
 
         self.disagreements = QListWidget(objectName="disagreementList")
         self.disagreements.setMinimumWidth(120)
-        self.disagreements.setFixedHeight(PLOT_HEIGHT)
+        self.disagreements.setMinimumHeight(PLOT_HEIGHT)
         self.disagreements.setToolTip("the spans where the two models disagree most: click one to select it")
         self.disagreements.itemClicked.connect(
             lambda item: self.textSpanClicked.emit(*item.data(Qt.ItemDataRole.UserRole))

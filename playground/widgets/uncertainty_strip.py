@@ -70,7 +70,7 @@ class UncertaintyStrip(QWidget):
         self.plot.setMenuEnabled(False)
         self.plot.setMouseEnabled(x=False, y=False)
         self.plot.hideButtons()
-        self.plot.setFixedHeight(PLOT_HEIGHT)
+        self.plot.setMinimumHeight(PLOT_HEIGHT)  # in a dock: as tall as the dock is
         self.plot.getPlotItem().setContentsMargins(0, 2, 4, 0)
         self.plot.hideAxis("bottom")  # the step number is in the hover; an axis costs height
         left = self.plot.getAxis("left")
@@ -151,7 +151,7 @@ class UncertaintyStrip(QWidget):
         layout.setSpacing(1)
         layout.addWidget(self.head)
         layout.addLayout(body)
-        self.least.setFixedHeight(PLOT_HEIGHT)
+        self.least.setMinimumHeight(PLOT_HEIGHT)
         # Preferred, not Maximum: when the head wraps (a narrow window, the prompt's readout) the strip grows by
         # its height instead of clipping the plot; the token view (stretch 1) still takes any spare height
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
