@@ -12,21 +12,22 @@ from dataclasses import replace
 
 import numpy as np
 
-from engine.core.checks import checked_prompt_ids, checked_token_id, encoded_nonempty, encoded_options
+from engine.core.checks import checked_prompt_ids
 from engine.core.epochs import Epoch, Standing
-from engine.core.expand import Expansion, checked_expansion, expand
 from engine.core.gbnf import check_grammar_backend
 from engine.core.healing import NO_HEALING, healed_prompt, healer_for
 from engine.core.inside import head_scale_table
-from engine.core.rules import Rule, checked_rules, rule_matches, rule_plan
+from engine.core.rules import Rule, checked_rules
 from engine.core.seeds import checked_seeds_run, checked_seeds_start, run_seeds, seed_streams
+from engine.core.session_steering import Steering
+from engine.core.session_tree import TreeCommands
 from engine.core.settings import Settings
 from engine.core.settings import known_settings as _known
 from engine.core.steps import Candidates, GenerationResult, Step
-from engine.core.tree import INSERTED, Tree, shared_prefix
+from engine.core.tree import Tree
 
 
-class Session:
+class Session(TreeCommands, Steering):
     def __init__(self, model, prompt, max_new_tokens=60, temperature=0.0, top_k=None, top_p=None, min_p=None,
                  seed=0, rules=(), **samplers):  # fmt: skip
         """samplers: the other Settings fields (repeat_penalty, dry_multiplier, samplers=order, ...)."""
@@ -229,115 +230,6 @@ class Session:
         text = self.text[: self._text_lengths[keep]]
         return Standing(text, epoch.settings, stream.getstate(), self._healing_before[keep], stopped)
 
-    def expand(self, top_k=3, coverage=None, depth=3, budget=200, raw=False, progress=None, cancelled=None):
-        """Grow the tree below where the text is (engine/core/expand.py): each node's top_k most probable next
-        tokens, or those holding `coverage` of its probability, level by level down to `depth`, at most
-        `budget` new nodes, under the chain's final probabilities or the raw model's (raw=True). The new nodes
-        are marked expanded until the text goes through them (goto); the text itself does not change.
-        progress(nodes, expected) and cancelled() -> True (Cancel keeps the finished levels) are for the
-        window. Where token healing still has a cut text to spell, the children keep to it as steps would.
-        Logged with the levels finished, so replay makes the same nodes. -> ExpandResult."""
-        start = self.path[-1] if self.path else 0
-        expansion = self.check_expansion(start, {}, top_k, coverage, depth, budget, raw)
-        self.interrupt()
-        state = {"draws_before": self._draws, "draws_after": self._draws, "epoch": self._epochs[-1]}
-
-        advance = self._healer().advance
-
-        def add(parent: int, step: Step, healing: bytes | None) -> int:  # walking in later stands as the text now
-            after = None if healing is None else advance(healing, step.token_id)
-            return self.tree.add(parent, step, expanded=True, raw=raw, healing_before=healing, healing_after=after,
-                                 **state)  # fmt: skip
-
-        before = len(self.tree.nodes)
-        result = expand(self._context, self.model, list(self.ids), start, self.settings, expansion, add,
-                        progress, cancelled, self._healing, advance)  # fmt: skip
-        if result.levels:
-            self._log({"kind": "expand", **expansion.to_dict(), "depth": result.levels})
-        return replace(result, new=len(self.tree.nodes) - before)
-
-    def check_expansion(self, node_id, changes: dict, top_k=3, coverage=None, depth=3, budget=200, raw=False):
-        """The expansion below this node of the tree, under the settings with these changes, or a ValueError
-        saying why it cannot be (nothing changes either way): the window checks before it goes there."""
-        ended_here = self._ended_at == len(self.steps)  # the server said stop at the text's end
-        return checked_expansion(self.model, self.tree, node_id, self.path, ended_here, len(self.prompt_ids),
-                                 self.settings, changes, Expansion(top_k, coverage, depth, budget, raw))  # fmt: skip
-
-    # --- the tree ----------------------------------------------------------------------------------
-    def delete_branch(self, node_id) -> None:
-        """Delete the branch from this node of the tree down (not the one the text is on, nor one holding a
-        pinned node: ValueError, nothing changes). Logged."""
-        self.tree.delete(node_id, self.path)
-        self._log({"kind": "delete", "node": node_id})
-
-    def name_branch(self, node_id, name) -> None:
-        """Name the branch that ends at this node ("" takes the name away). Logged."""
-        self.tree.name(node_id, name)
-        self._log({"kind": "name", "node": node_id, "name": name})
-
-    def pin_branch(self, node_id, pinned=True) -> None:
-        """Pin (or unpin) a node: a branch holding a pinned node cannot be deleted. Logged."""
-        self.tree.pin(node_id, pinned)
-        self._log({"kind": "pin", "node": node_id, "pinned": pinned})
-
-    def undo_tree_edit(self):
-        """Take back the last tree edit (delete_branch, name_branch, pin_branch) not yet undone: a deleted branch
-        comes back with its ids (engine/core/tree.py's Tree.undo). Steps are not undone. ValueError "nothing to
-        undo" when there is none (nothing changes). Logged, so replay undoes the same edit. -> the TreeEdit."""
-        edit = self.tree.undo()
-        self._log({"kind": "undo"})
-        return edit
-
-    def compare_branches(self, a, b):
-        """Two branches of the tree from where they part -> (the text up to there, a's steps after it, b's)."""
-        path_a, path_b = self.tree.path(a), self.tree.path(b)
-        common = shared_prefix(path_a, path_b)
-        steps = [self.tree.nodes[i].step for i in path_a]
-        prefix = self.prompt_text + "".join(step.token for step in steps[:common])
-        return prefix, steps[common:], [self.tree.nodes[i].step for i in path_b[common:]]
-
-    # --- steering --------------------------------------------------------------------------------
-    def force_token(self, token_id) -> None:
-        """The next step takes this token, whatever its probability (replacing an earlier force)."""
-        checked_token_id(token_id, self.model.vocab_size)
-        self.interrupt()
-        self._forced = None
-        self._check_room(1)
-        self._forced = int(token_id)
-
-    def insert_text(self, text, source="forced") -> list[Step]:
-        """Append the text's tokens as forced steps, each with the model's own probability for it, through
-        one batched forward over the new positions."""
-        return self.insert_tokens(encoded_nonempty(self.model.tokenizer, text, "inserted text"), source)
-
-    def insert_tokens(self, token_ids, source="forced") -> list[Step]:
-        """insert_text for token ids (replay uses it: a trace records the ids that were inserted)."""
-        if source not in INSERTED:
-            raise ValueError(f"an inserted token's source must be 'forced', 'rule' or 'tool', got {source!r}")
-        if not isinstance(token_ids, (list, tuple, np.ndarray)) or len(token_ids) == 0:
-            raise ValueError(f"token ids must be a non-empty list of ints, got {token_ids!r:.60}")
-        for token_id in token_ids:
-            checked_token_id(token_id, self.model.vocab_size)
-        token_ids = [int(t) for t in token_ids]
-        self._check_room(len(token_ids))
-        self.interrupt()
-        steps = self._insert(token_ids, source)
-        self._log({"kind": "insert", "token_ids": token_ids, "source": source})
-        return self._handed_to_caller(steps)
-
-    def choose(self, options, source="forced") -> list[Step]:
-        """The next tokens spell one of the options: the one the model, under the current settings, finds
-        most probable as a whole (ties: higher raw-model probability, then the first listed). Every
-        option's probability is recorded on the first step. No random draw is used."""
-        if source not in ("forced", "rule"):
-            raise ValueError(f"a choice's source must be 'forced' or 'rule', got {source!r:.40}")
-        encoded = encoded_options(self.model.tokenizer, options)
-        self._check_room(max(len(ids) for ids in encoded))
-        self.interrupt()
-        steps = self._choose(list(options), encoded, source)
-        self._log({"kind": "choose", "options": list(options), "source": source})
-        return self._handed_to_caller(steps)
-
     def update_settings(self, **changes) -> Settings:
         """Change settings from the next step on (a branch with another temperature or seed, say). The
         change is logged, a fresh random stream starts from the (new) seed, and rewinding to before the
@@ -399,35 +291,6 @@ class Session:
         self.interrupt()
         self._log({"kind": "rewind", "n": n})
         self._cut(len(self.steps) - n)
-
-    def goto(self, node_id) -> None:
-        """Make the branch of the tree that ends at this node the session's text (a click on a node): back to
-        where it parts from the current one, then its recorded steps put back, fed to the model in one pass
-        (nothing is sampled again), with the random stream, healing and settings as they stood after them.
-        Logged; stepping, rewinding and going elsewhere work from there as ever."""
-        target = self.tree.path(node_id)  # ValueError for a node that is not there
-        common = shared_prefix(target, self.path)
-        if common == len(target) == len(self.path):
-            return  # already there
-        nodes = [self.tree.nodes[i] for i in target[common:]]
-        self._check_room(len(nodes) - (len(self.steps) - common))
-        self.interrupt()
-        self._log({"kind": "goto", "node": node_id})
-        self._forced = None
-        if common < len(self.steps):
-            self._cut(common)
-        if not nodes:
-            return
-        self._context.feed(self.ids, [node.step.token_id for node in nodes])
-        while len(self._epochs) > 1 and self._epochs[-1].start >= common and self._epochs[-1] is not nodes[0].epoch:
-            self._epochs.pop()  # a settings change at the branch point belongs to the branch left
-        for node in nodes:
-            if node.epoch is not self._epochs[-1]:
-                self._epochs.append(node.epoch)
-            self._push(node.step, node.id, node.draws_before, node.healing_before)
-        self._healing = nodes[-1].healing_after
-        self._enter_epoch(self._epochs[-1], nodes[-1].draws_after)
-        self._returned = len(self.steps)
 
     def _cut(self, keep: int) -> None:
         """Keep the first `keep` steps (the body of rewind: the cache, draws, settings and healing as they
@@ -506,54 +369,12 @@ class Session:
         self._returned += 1
         return self.steps[self._returned - 1]
 
-    def _insert(self, token_ids, source, options=None, heal=True) -> list[Step]:
-        """Forced steps, appended only once every one is known: a failure adds none. With token healing on,
-        the last token(s) of an inserted text are left for the model to spell (at least one is inserted)."""
-        cut = self._healer().backoff(token_ids, keep=1) if heal and self.settings.heal else 0
-        kept = list(token_ids[: len(token_ids) - cut])
-        steps = self._append(self._context.force(self.ids, self.text, kept, source, self.settings, options))
-        if cut:
-            self._healing = b"".join(self._healer().pieces[i] for i in token_ids[-cut:])
-        return steps
-
     def _healer(self):
         return healer_for(self.model.tokenizer, self.model.vocab_size)
 
     def _prefix(self) -> dict:
         """The keyword a context takes while token healing has text to spell."""
         return {} if self._healing is None else {"prefix": self._healing}
-
-    def _choose(self, options, encoded, source) -> list[Step]:
-        probabilities = self._context.option_probabilities(self.ids, self.text, encoded, self.settings)
-        best = max(range(len(options)), key=lambda i: (probabilities[i][0], probabilities[i][1], -i))
-        recorded = tuple((option, p) for option, (p, _) in zip(options, probabilities))
-        return self._insert(encoded[best], source, options=recorded, heal=False)  # an option is spelled whole
-
-    def _fire_rules(self) -> bool:
-        """Let the first rule whose trigger ends the text act, once per occurrence. True if it added steps."""
-        for index, rule in enumerate(self.rules):
-            if (index, len(self.text)) in self._fired or not rule_matches(
-                rule, self.text, self.slow_rules, self.events
-            ):
-                continue
-            self._fired.add((index, len(self.text)))
-            if self._act(rule):
-                return True
-        return False
-
-    def _act(self, rule: Rule) -> bool:
-        self.interrupt()  # an open stream would go on from the text as it was before the rule
-        room = self.model.context_length - len(self.ids)
-        plan = rule_plan(rule, self.text, self.model.tokenizer, room, self.events)
-        if plan is None:
-            return False
-        if plan.options:
-            steps = self._choose(list(plan.options), list(plan.encoded), "rule")
-            self._log({"kind": "choose", "options": list(plan.options), "source": "rule"})
-        else:
-            steps = self._insert(list(plan.token_ids), plan.source)
-            self._log({"kind": "insert", "token_ids": list(plan.token_ids), "source": plan.source})
-        return bool(steps)
 
     def _log(self, action: dict) -> None:
         self.actions.append(action)

@@ -1,0 +1,95 @@
+"""Session's steering commands (a mixin of engine/core/session.py's Session): force a token, insert text or
+token ids, choose among options, and the rules that do the same between two steps. They use the Session's
+state and private helpers (_log, _append, _check_room, ...) as its own methods do."""
+
+import numpy as np
+
+from engine.core.checks import checked_token_id, encoded_nonempty, encoded_options
+from engine.core.rules import Rule, rule_matches, rule_plan
+from engine.core.steps import Step
+from engine.core.tree import INSERTED
+
+
+class Steering:
+    def force_token(self, token_id) -> None:
+        """The next step takes this token, whatever its probability (replacing an earlier force)."""
+        checked_token_id(token_id, self.model.vocab_size)
+        self.interrupt()
+        self._forced = None
+        self._check_room(1)
+        self._forced = int(token_id)
+
+    def insert_text(self, text, source="forced") -> list[Step]:
+        """Append the text's tokens as forced steps, each with the model's own probability for it, through
+        one batched forward over the new positions."""
+        return self.insert_tokens(encoded_nonempty(self.model.tokenizer, text, "inserted text"), source)
+
+    def insert_tokens(self, token_ids, source="forced") -> list[Step]:
+        """insert_text for token ids (replay uses it: a trace records the ids that were inserted)."""
+        if source not in INSERTED:
+            raise ValueError(f"an inserted token's source must be 'forced', 'rule' or 'tool', got {source!r}")
+        if not isinstance(token_ids, (list, tuple, np.ndarray)) or len(token_ids) == 0:
+            raise ValueError(f"token ids must be a non-empty list of ints, got {token_ids!r:.60}")
+        for token_id in token_ids:
+            checked_token_id(token_id, self.model.vocab_size)
+        token_ids = [int(t) for t in token_ids]
+        self._check_room(len(token_ids))
+        self.interrupt()
+        steps = self._insert(token_ids, source)
+        self._log({"kind": "insert", "token_ids": token_ids, "source": source})
+        return self._handed_to_caller(steps)
+
+    def choose(self, options, source="forced") -> list[Step]:
+        """The next tokens spell one of the options: the one the model, under the current settings, finds
+        most probable as a whole (ties: higher raw-model probability, then the first listed). Every
+        option's probability is recorded on the first step. No random draw is used."""
+        if source not in ("forced", "rule"):
+            raise ValueError(f"a choice's source must be 'forced' or 'rule', got {source!r:.40}")
+        encoded = encoded_options(self.model.tokenizer, options)
+        self._check_room(max(len(ids) for ids in encoded))
+        self.interrupt()
+        steps = self._choose(list(options), encoded, source)
+        self._log({"kind": "choose", "options": list(options), "source": source})
+        return self._handed_to_caller(steps)
+
+    def _insert(self, token_ids, source, options=None, heal=True) -> list[Step]:
+        """Forced steps, appended only once every one is known: a failure adds none. With token healing on,
+        the last token(s) of an inserted text are left for the model to spell (at least one is inserted)."""
+        cut = self._healer().backoff(token_ids, keep=1) if heal and self.settings.heal else 0
+        kept = list(token_ids[: len(token_ids) - cut])
+        steps = self._append(self._context.force(self.ids, self.text, kept, source, self.settings, options))
+        if cut:
+            self._healing = b"".join(self._healer().pieces[i] for i in token_ids[-cut:])
+        return steps
+
+    def _choose(self, options, encoded, source) -> list[Step]:
+        probabilities = self._context.option_probabilities(self.ids, self.text, encoded, self.settings)
+        best = max(range(len(options)), key=lambda i: (probabilities[i][0], probabilities[i][1], -i))
+        recorded = tuple((option, p) for option, (p, _) in zip(options, probabilities))
+        return self._insert(encoded[best], source, options=recorded, heal=False)  # an option is spelled whole
+
+    def _fire_rules(self) -> bool:
+        """Let the first rule whose trigger ends the text act, once per occurrence. True if it added steps."""
+        for index, rule in enumerate(self.rules):
+            if (index, len(self.text)) in self._fired or not rule_matches(
+                rule, self.text, self.slow_rules, self.events
+            ):
+                continue
+            self._fired.add((index, len(self.text)))
+            if self._act(rule):
+                return True
+        return False
+
+    def _act(self, rule: Rule) -> bool:
+        self.interrupt()  # an open stream would go on from the text as it was before the rule
+        room = self.model.context_length - len(self.ids)
+        plan = rule_plan(rule, self.text, self.model.tokenizer, room, self.events)
+        if plan is None:
+            return False
+        if plan.options:
+            steps = self._choose(list(plan.options), list(plan.encoded), "rule")
+            self._log({"kind": "choose", "options": list(plan.options), "source": "rule"})
+        else:
+            steps = self._insert(list(plan.token_ids), plan.source)
+            self._log({"kind": "insert", "token_ids": list(plan.token_ids), "source": plan.source})
+        return bool(steps)
