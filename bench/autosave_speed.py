@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import engine
-from playground.session_saver import AutosaveWriter
+from playground.recovery.saver import AutosaveWriter
 
 
 def long_session(model, steps: int) -> engine.Session:

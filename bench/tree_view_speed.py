@@ -70,7 +70,7 @@ def settle(app, panel) -> None:
 
 
 def one_round(app, total: int) -> dict[str, float | list[float]]:
-    from playground.widgets.tree_panel import TreePanel
+    from playground.tree.panel import TreePanel
 
     views, path = synthetic(total)
     panel = TreePanel()
@@ -128,7 +128,7 @@ def one_round(app, total: int) -> dict[str, float | list[float]]:
 
 
 def long_row(app) -> float:
-    from playground.widgets.tree_panel import TreePanel
+    from playground.tree.panel import TreePanel
 
     panel = TreePanel()
     panel.resize(480, 800)

@@ -14,17 +14,17 @@ from PySide6.QtWidgets import QMessageBox
 
 import engine
 
-from .branches import Branches
-from .comparison import Comparing
+from .compare.comparing import Comparing
 from .feed import Feed, probability_text, stop_text
-from .inside import LookingInside
-from .model_picker import ModelPicker
+from .inside.looking import LookingInside
+from .models.picker import ModelPicker
 from .prompt_check import PromptCheck
-from .recovery import Recovery
+from .recovery.recovery import Recovery
+from .rules.skipped import SkippedCommands
 from .run_speed import speed_text, speed_tip
+from .seeds.panel import start_text
 from .session_view import KnownSession
-from .skipped_rules import SkippedCommands
-from .widgets.seeds_panel import start_text
+from .tree.branches import Branches
 from .worker import LOAD_CANCELLED, WorkerThread
 
 TRACE_WAIT_S = 10.0  # the worker makes a trace between two steps: milliseconds, unless it is loading a model

@@ -24,28 +24,28 @@ from PySide6.QtWidgets import (
 
 import engine
 
+from .compare.panel import ComparisonPanel
 from .controller import Controller
 from .docks import Docks
 from .errors import ExceptionHook
-from .model_picker import example_prompt
+from .inside.panel import InsidePanel
+from .inside.steering_banner import SteeringBanner
+from .models.picker import example_prompt
 from .palette import DEFAULT_PALETTE, PALETTES
-from .recovery import RecoveryBanner
+from .recovery.recovery import RecoveryBanner
 from .remembered import RememberedReader, notes_text, prompt_to_remember, quoted
+from .rules.panel import RulesPanel
 from .run_speed import runtime_text
+from .seeds.panel import SeedsPanel
 from .shortcuts import install as install_shortcuts
 from .shortcuts import menu, palette_menu
+from .strip.uncertainty_strip import UncertaintyStrip
+from .tree.panel import TreePanel
 from .widgets.chart import DistributionChart
-from .widgets.comparison_panel import ComparisonPanel
 from .widgets.controls import Controls
 from .widgets.elided_label import ElidedLabel
-from .widgets.inside_panel import InsidePanel
-from .widgets.rules_panel import RulesPanel
 from .widgets.scroll_column import ScrollColumn
-from .widgets.seeds_panel import SeedsPanel
-from .widgets.steering_banner import SteeringBanner
 from .widgets.token_view import COLOUR_MODES, TokenView, legend_html
-from .widgets.tree_panel import TreePanel
-from .widgets.uncertainty_strip import UncertaintyStrip
 
 HINT = ("Step one token with Ctrl+→ · click a bar to force that token · click a token to see its "
         "distribution, then Continue from here to branch")  # fmt: skip

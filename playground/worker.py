@@ -20,7 +20,7 @@ from PySide6.QtCore import QMetaObject, QObject, Qt, QThread, Signal, Slot
 
 import engine
 
-from .inside import NO_SESSION, InsideShown
+from .inside.looking import NO_SESSION, InsideShown
 from .run_speed import RunClock
 from .session_view import SessionView
 

@@ -7,8 +7,8 @@ from PySide6.QtCore import QPointF, Qt
 from PySide6.QtWidgets import QCheckBox, QComboBox, QLabel, QSlider, QTableWidget, QTextBrowser
 
 import engine
-from playground.widgets.inside_panel import InsidePanel, strip_map
-from playground.widgets.tree_panel import shown
+from playground.inside.panel import InsidePanel, strip_map
+from playground.tree.panel import shown
 
 TEXT = "mia has a red ball. she goes to the park. now mia has the"
 

@@ -7,10 +7,10 @@ from PySide6.QtCore import QPointF, Qt
 from PySide6.QtWidgets import QCheckBox, QComboBox, QLabel
 
 import engine
+from playground.inside.head_map import head_statistic, per_layer
+from playground.inside.lens_grid import CELL_ALPHA
+from playground.inside.panel import InsidePanel
 from playground.palette import colour
-from playground.widgets.head_map import head_statistic, per_layer
-from playground.widgets.inside_panel import InsidePanel
-from playground.widgets.lens_grid import CELL_ALPHA
 
 TEXT = "The cat sat on the mat because it was tired, and the dog"
 LONG = "<filename>reallylongtoken"

@@ -118,7 +118,7 @@ def test_the_default_thread_count_leaves_a_core_free(monkeypatch, cores, expecte
 
 
 def test_the_settings_dialog_says_what_the_default_threads_are_and_why(qtbot):
-    from playground.widgets.model_settings import ModelSettingsDialog
+    from playground.models.settings_dialog import ModelSettingsDialog
 
     found = SimpleNamespace(name="m", backends=("llama.cpp",), path="/m.gguf", architecture="llama", size=2**20)
     dialog = ModelSettingsDialog(found, {})

@@ -16,9 +16,9 @@ from PySide6.QtWidgets import QTreeWidgetItem
 from engine.core.seeds import SeedNode, SeedRun
 from engine.core.steps import Candidates, Step
 from engine.core.tree import NodeView
-from playground.widgets.branch_compare import BranchCompare
-from playground.widgets.seeds_panel import SeedsPanel
-from playground.widgets.tree_panel import TreePanel, probability_text
+from playground.seeds.panel import SeedsPanel
+from playground.tree.branch_compare import BranchCompare
+from playground.tree.panel import TreePanel, probability_text
 
 
 def chain(first: int, parent: int, tokens: str, p: float = 0.5, **marks) -> list[NodeView]:

@@ -18,8 +18,8 @@ from PySide6.QtWidgets import QLabel, QPushButton
 from test_window import WAIT, child, generate, step, type_prompt
 
 import engine
-from playground.autosave import MARKER
-from playground.session_saver import AutosaveWriter
+from playground.recovery.autosave import MARKER
+from playground.recovery.saver import AutosaveWriter
 
 
 def sessions(data_dir):
@@ -107,7 +107,7 @@ KILLED_WRITER = textwrap.dedent("""
     import sys
     from pathlib import Path
     import engine
-    from playground.session_saver import AutosaveWriter
+    from playground.recovery.saver import AutosaveWriter
     session = engine.Session(engine.load_model(), "mia has a red ball.", max_new_tokens=20)
     session.run()
     writer = AutosaveWriter(Path(sys.argv[1]))

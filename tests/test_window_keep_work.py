@@ -18,7 +18,7 @@ pytest.importorskip("llama_cpp")
 @pytest.fixture
 def smollm2_file(tmp_path, cache_dir, prefs):
     """A copy of SmolLM2 opened once by hand (so it is a recent file the picker lists), with one thread."""
-    from playground.model_prefs import ModelPrefs
+    from playground.models.prefs import ModelPrefs
 
     path = tmp_path / "models" / "smol.gguf"
     path.parent.mkdir()

@@ -16,7 +16,7 @@ from test_discovery import hf_repo
 from test_window import child, generate
 
 import engine
-from playground.model_prefs import ModelPrefs
+from playground.models.prefs import ModelPrefs
 
 pytest.importorskip("llama_cpp")
 

@@ -14,7 +14,7 @@ from test_window import child, step
 
 import engine
 from engine.model_packages import PACKAGES
-from playground.model_prefs import ModelPrefs
+from playground.models.prefs import ModelPrefs
 
 pytest.importorskip("llama_cpp")
 GEMMA3 = PACKAGES["gemma3"]

@@ -153,7 +153,7 @@ def test_cpu_threads_remembered_beyond_the_cpus_open_smollm2_with_the_default_an
 
 
 def test_the_settings_dialog_offers_the_threads_the_engine_takes(qtbot, prefs):
-    from playground.widgets.model_settings import ModelSettingsDialog
+    from playground.models.settings_dialog import ModelSettingsDialog
 
     pytest.importorskip("llama_cpp")
     dialog = ModelSettingsDialog(engine.FoundModel.at(engine.smollm2_path()), {"threads": 100_000})
@@ -163,7 +163,7 @@ def test_the_settings_dialog_offers_the_threads_the_engine_takes(qtbot, prefs):
 
 
 def test_deeply_nested_model_preferences_start_with_none_remembered(qtbot, story_model, prefs):
-    from playground.model_prefs import ModelPrefs
+    from playground.models.prefs import ModelPrefs
 
     prefs.setValue("recent_models", "[" * 100_000)  # raised RecursionError in MainWindow.__init__
     prefs.setValue("model_settings", '{"a":' * 100_000)

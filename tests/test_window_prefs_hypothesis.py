@@ -14,10 +14,10 @@ from PySide6.QtWidgets import QPlainTextEdit
 
 import engine
 from playground import MainWindow
-from playground.model_prefs import ModelPrefs
+from playground.models.prefs import ModelPrefs
 from playground.remembered import MAX_REMEMBERED_PROMPT
+from playground.strip.uncertainty_strip import RANK_BY
 from playground.widgets.token_view import COLOUR_MODES
-from playground.widgets.uncertainty_strip import RANK_BY
 
 STORY = "story model"  # the story model's name: its prompt and settings keys
 SETTING_NAMES = ["max_new_tokens", "temperature", "top_k", "top_p", "min_p", "seed", "repeat_penalty", "typical_p",

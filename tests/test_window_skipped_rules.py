@@ -9,7 +9,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QLabel, QPushButton
 
-from playground.widgets.rules_panel import REGEX, VALUE, WHEN
+from playground.rules.panel import REGEX, VALUE, WHEN
 
 WAIT = 15000  # ms
 SKIPPED = "skipped: Allow commands is off"

@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
 import engine
 from engine import MAX_SEED, MAX_TEMPERATURE
 
-from .sampler_panel import SamplerPanel
+from ..samplers.panel import SamplerPanel
 
 SLIDER_TEMPERATURE = 5.0  # the slider covers the useful range; the spin box takes the engine's whole range
 SETTING_LABELS = {"max_new_tokens": "max new tokens", "temperature": "temperature", "top_k": "top-k",

@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )  # fmt: skip
 
-from .chart import FRAME_MS, LIVE_FPS, FlowLayout
+from ..widgets.chart import FRAME_MS, LIVE_FPS, FlowLayout
 
 LEAST_CONFIDENT = 10  # rows of the "least confident" list
 RANK_BY = ("surprisal", "entropy")

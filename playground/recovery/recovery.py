@@ -20,7 +20,7 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton
 import engine
 
 from .autosave import TAKEN, UNCLEAN, RunningMarker, saved_sessions, sessions_dir
-from .session_saver import AutosaveWriter, SessionSaver
+from .saver import AutosaveWriter, SessionSaver
 
 WRITE_WAIT_S = 1.0  # on close, the last autosave is finished within this (a write cut short keeps the last file)
 

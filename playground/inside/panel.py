@@ -26,9 +26,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )  # fmt: skip
 
+from ..widgets.scroll_column import ScrollColumn
 from .head_map import HeadMap, strip_map
 from .lens_grid import LensGrid, quoted
-from .scroll_column import ScrollColumn
 
 __all__ = ["InsidePanel", "strip_map"]
 TOP_ATTENDED = 5  # positions listed under the strip

@@ -11,7 +11,7 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QMenu
 
-from .widgets.branch_compare import BranchCompare
+from .branch_compare import BranchCompare
 
 
 class Branches(QObject):

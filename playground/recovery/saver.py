@@ -26,8 +26,8 @@ from PySide6.QtCore import QObject, Slot
 
 import engine
 
+from ..models.picker import model_backend
 from .autosave import AUTOSAVE, rotate
-from .model_picker import model_backend
 
 
 def load_request(model) -> dict:

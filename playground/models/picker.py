@@ -14,8 +14,8 @@ from PySide6.QtWidgets import QDialog, QFileDialog, QInputDialog
 
 import engine
 
-from .model_prefs import ModelPrefs
-from .widgets.model_settings import ModelSettingsDialog
+from .prefs import ModelPrefs
+from .settings_dialog import ModelSettingsDialog
 
 OPEN_GGUF = "open a gguf file"
 CONNECT = "connect to a server"

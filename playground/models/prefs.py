@@ -8,7 +8,7 @@ from PySide6.QtCore import QSettings
 
 from engine import check_threads
 
-from .remembered import quoted
+from ..remembered import quoted
 
 BACKENDS = ("llama.cpp", "numpy")
 MAX_RECENT = 10

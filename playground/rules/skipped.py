@@ -4,8 +4,8 @@ greys those rows meanwhile."""
 
 from PySide6.QtCore import QObject, Signal
 
-from .feed import TAIL  # the characters a trigger is matched against: the end of the text (a regex one too)
-from .widgets.rules_panel import SKIPPED
+from ..feed import TAIL  # the characters a trigger is matched against: the end of the text (a regex one too)
+from .panel import SKIPPED
 
 
 class SkippedCommands(QObject):

@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 
 from engine import MAX_SEEDS
 
-from .tree_panel import free_rows, shown
+from ..tree.panel import free_rows, shown
 
 SHOWN = 50  # continuations listed
 

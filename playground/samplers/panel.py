@@ -33,7 +33,7 @@ from PySide6.QtWidgets import (
 
 import engine
 
-from .chart import stage_label
+from ..widgets.chart import stage_label
 
 DEFAULTS = engine.Settings()
 PENALTY_RANGE = 100.0  # repeat, presence and frequency penalties, DRY's multiplier: far past any useful value
