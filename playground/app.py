@@ -21,7 +21,7 @@ def main(argv=None) -> int:
     app.setApplicationName("Token Playground")
     app.setOrganizationName("TokenPlayground")
     from .main_window import MainWindow
-    from .worker import threads_left_running
+    from .worker_thread import threads_left_running
 
     window = MainWindow()
     window.show()

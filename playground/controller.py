@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QMessageBox
 import engine
 
 from .compare.comparing import Comparing
+from .features import WORKER_COMMANDS
 from .feed import Feed, probability_text, stop_text
 from .inside.looking import LookingInside
 from .models.picker import ModelPicker
@@ -25,7 +26,8 @@ from .run_speed import speed_text, speed_tip
 from .seeds.panel import start_text
 from .session_view import KnownSession
 from .tree.branches import Branches
-from .worker import LOAD_CANCELLED, WorkerThread
+from .worker import LOAD_CANCELLED
+from .worker_thread import WorkerThread
 
 TRACE_WAIT_S = 10.0  # the worker makes a trace between two steps: milliseconds, unless it is loading a model
 STALE_SEEDS = "The text changed since those seeds ran: run them again from where it is now"
@@ -63,7 +65,7 @@ class Controller(QObject):
         super().__init__(window)
         self.window = window
         self.model = model
-        self.threads = WorkerThread(model)
+        self.threads = WorkerThread(model, WORKER_COMMANDS)
         self.worker = self.threads.worker
         self.running = False
         self.loading = False
@@ -103,22 +105,22 @@ class Controller(QObject):
                              (self.takeInstead, worker.take_instead), (self.continueFrom, worker.continue_from),
                              (self.continueWith, worker.continue_with), (self.replayTrace, worker.replay),
                              (self.resetSession, worker.reset), (self.requestPreview, worker.send_preview),
-                             (self.loadModel, worker.load_model), (self.setRules, worker.set_rules),
-                             (self.findModels, worker.find_models), (self.scoreText, worker.score_text),
-                             (self.runSeeds, worker.run_seeds),
+                             (self.loadModel, worker.models.load_model), (self.setRules, worker.rules.set_rules),
+                             (self.findModels, worker.models.find_models), (self.scoreText, worker.scoring.score_text),
+                             (self.runSeeds, worker.seeds.run_seeds),
                              (self.traceWanted, worker.make_trace)):  # fmt: skip
             signal.connect(slot)
         # this QObject's slots: queued, so they run on the GUI thread in the order the worker sent them
         for signal, slot in ((worker.changed, self._on_changed), (worker.notice, self._set_status),
-                             (worker.rulesSet, self._on_rules_set), (worker.stepped, self._on_step),
+                             (worker.rules.rulesSet, self._on_rules_set), (worker.stepped, self._on_step),
                              (worker.redraw, self._on_redraw), (worker.preview, self._on_preview),
                              (worker.finished, self._on_finished), (worker.paused, self._on_paused),
                              (worker.failed, self._on_failed), (worker.busyChanged, self._on_busy),
-                             (worker.replayed, self._on_replayed), (worker.loadProgress, self._on_load_progress),
-                             (worker.modelLoaded, self._on_model_loaded),
-                             (worker.modelsFound, self.picker.set_found), (worker.scored, self._on_scored),
-                             (worker.promptScored, self._on_prompt_scored),
-                             (worker.seedsRun, self._on_seeds_run), (worker.speed, self._on_speed)):  # fmt: skip
+                             (worker.replayed, self._on_replayed), (worker.models.loadProgress, self._on_load_progress),
+                             (worker.models.modelLoaded, self._on_model_loaded),
+                             (worker.models.modelsFound, self.picker.set_found), (worker.scoring.scored, self._on_scored),
+                             (worker.scoring.promptScored, self._on_prompt_scored),
+                             (worker.seeds.seedsRun, self._on_seeds_run), (worker.speed, self._on_speed)):  # fmt: skip
             signal.connect(slot)
 
         c = w.controls
@@ -254,7 +256,7 @@ class Controller(QObject):
 
     def stop(self) -> None:
         if self.loading:
-            self.worker.cancel_load()
+            self.worker.models.cancel_load()
             self._set_status("Cancelling the load...")
         elif self.running:
             self.worker.request_stop()

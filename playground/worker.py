@@ -7,20 +7,21 @@ before every step.
 Every step goes to the GUI as one `stepped` signal; any exception becomes a readable `failed` message.
 
 Only this thread touches the session: after each change it publishes a SessionView (`changed`), and a
-trace for export is made here too, on request (`make_trace`), between two steps. Once the worker is idle
-after a run or a command, it scores a new session's prompt (once: `promptScored`), never before or during a
-generation, so the first token is not delayed; a command sent meanwhile waits for that one reading.
+trace for export is made here too, on request (`make_trace`), between two steps.
+
+This is the host: the session's own commands (start, step, force, insert, branch, replay) are here; each feature
+brings its commands as a WorkerCommands (playground/feature.py), made here and named (worker.tree, worker.inside,
+...), which reach the session through `command`, `publish` and the signals above.
 """
 
 import threading
 import time
 from concurrent.futures import Future
 
-from PySide6.QtCore import QMetaObject, QObject, Qt, QThread, Signal, Slot
+from PySide6.QtCore import QMetaObject, QObject, Qt, Signal, Slot
 
 import engine
 
-from .inside.looking import NO_SESSION, InsideShown
 from .run_speed import RunClock
 from .session_view import SessionView
 
@@ -54,31 +55,15 @@ class GenerationWorker(QObject):
     stepped = Signal(object)  # engine.Step
     preview = Signal(object, object)  # (engine.Candidates of the next step or None, why it stopped or None)
     notice = Signal(str)  # why a command cannot be done (not an error: nothing went wrong)
-    rulesSet = Signal(int)  # the number of rules now in force, after a change from the rules panel
     finished = Signal(str, float)  # stop reason, tokens per second of the run (after its first token)
     speed = Signal(object)  # a run's SpeedFigures: at its first token, a few times a second, at its end
     paused = Signal()  # a single command (step, force, insert, rewind) is done
     failed = Signal(str)  # a readable message; the session is as it was
     replayed = Signal(object, object)  # (ReplayReport, replayed steps)
     busyChanged = Signal(bool)
-    loadProgress = Signal(int, int)  # (done, total) while a model loads
-    modelLoaded = Signal(object)  # the new model; the old session is gone
-    modelsFound = Signal(object)  # engine.find_models' list
-    scored = Signal(object, str)  # (engine.ScoreResult, the text of its first token: read, not scored)
-    promptScored = Signal(object, str)  # (the session's prompt scored, an engine.ScoreResult, or None and why not)
-    compared = Signal(object, object)  # (engine.Comparison of the shown text, the second model: its name)
-    compareFailed = Signal(str)  # why a comparison could not be made (the first model and its session stay)
-    seedsRun = Signal(object, float)  # (engine.SeedRun from where the session is, seconds it took)
-    treeChanged = Signal(bool, object, object)  # (a new tree, its nodes made or changed since the last:
-    #                                              engine.core.tree.NodeView, the node of each step)
-    expandProgress = Signal(int, int)  # (nodes made, nodes expected) while the tree is expanded
-    expandDone = Signal(object, float, bool)  # (engine.ExpandResult, seconds it took, from before the end token)
-    branchesCompared = Signal(str, object, object)  # (the text up to where two branches part, their steps after)
-    treeEditUndone = Signal(object, str)  # (the engine's TreeEdit taken back, its node's token)
-    insideReady = Signal(object)  # an InsideShown: the Inside tab's numbers for one position of the text
-    headsSteered = Signal(object)  # the session's head scales now: ((layer, head, factor), ...)
 
-    def __init__(self, model):
+    def __init__(self, model, commands=()):
+        """commands: the features' WorkerCommands classes, each made here once (worker.<its name>)."""
         super().__init__()
         self.model = model
         self.session: engine.Session | None = None  # this thread's only: the GUI reads the SessionView
@@ -86,15 +71,12 @@ class GenerationWorker(QObject):
         self._stop = threading.Event()
         self._stop_lock = threading.Lock()  # request_stop (GUI thread) and a run's end (_end_run) in turn
         self._work_stopped = False  # request_stop told the model to stop its work: the run's end undoes it
-        self._cancel_load = threading.Event()
         self.closing = threading.Event()  # set by WorkerThread.shutdown: loads are cancelled, for good
-        self._loaded_here = False  # a model this worker loaded is its own to close (a server's connections)
         self._generating = False
-        self._prompt_unscored = False  # the session's prompt waits to be scored (once the worker is idle)
-        self._tree_sent: tuple[object, int, tuple] = (None, 0, ())  # (tree, its `touched` sent, path sent)
-        self.second_model = None  # the model a comparison reads the text with, and the request that loaded it
-        self._second_request: dict | None = None
         self.run_clock = RunClock()  # the running Generate's speed figures
+        self.features = [make(self) for make in commands]
+        for feature in self.features:
+            setattr(self, feature.name, feature)
 
     @property
     def generating(self) -> bool:
@@ -112,10 +94,6 @@ class GenerationWorker(QObject):
                 self.model.stop_work()
                 self._work_stopped = True
 
-    def cancel_load(self) -> None:
-        """Thread-safe: a model being loaded is dropped at its next progress report (the old one stays)."""
-        self._cancel_load.set()
-
     # --- slots: run in the worker thread -----------------------------------------------------------
     @Slot(object)
     def start_session(self, request: dict) -> None:
@@ -124,12 +102,11 @@ class GenerationWorker(QObject):
         try:
             session = engine.Session(self.model, request["prompt"], rules=request["rules"], **request["settings"])
         except ValueError as error:
-            self._publish()  # handled: the session is the one there was
+            self.publish()  # handled: the session is the one there was
             self.failed.emit(str(error))
             return
-        self.session, self._prompt_unscored = session, True
-        self.headsSteered.emit(())  # a new session reads through the model as trained
-        self._publish()
+        self.replace_session(session)
+        self.publish()
         self.redraw.emit(session.prompt_text, [])
         then = request.get("then")
         if then == "generate":
@@ -146,7 +123,7 @@ class GenerationWorker(QObject):
         self._stop.clear()
         self._generating = True
         self.run_clock.start(self.session.timing)
-        self._publish()
+        self.publish()
         self.busyChanged.emit(True)
         self._tick()
 
@@ -169,7 +146,7 @@ class GenerationWorker(QObject):
                     return
                 self._end_run()
                 self.session.interrupt()
-                self._publish()
+                self.publish()
                 self.busyChanged.emit(False)
                 self.failed.emit(f"generation failed: {type(error).__name__}: {error}")
                 return
@@ -194,7 +171,7 @@ class GenerationWorker(QObject):
     def _finish(self, reason: str) -> None:
         self._end_run()
         self.session.interrupt()  # a server's stream closes at once
-        self._publish()
+        self.publish()
         figures = self.run_clock.figures()
         if figures.steps:
             self.speed.emit(figures)
@@ -214,7 +191,7 @@ class GenerationWorker(QObject):
                 session.update_settings(**{**settings, "max_new_tokens": limit})
             session.step()
 
-        if self._command(step, emit=True) and self.session.stopped:
+        if self.command(step, emit=True) and self.session.stopped:
             self.finished.emit(self.session.stopped, 0.0)
 
     def _refused(self, run: bool = False) -> bool:
@@ -234,9 +211,8 @@ class GenerationWorker(QObject):
     @Slot()
     def reset(self) -> None:
         self._handled += 1
-        self.session = None
-        self._publish()
-        self.headsSteered.emit(())  # no session: no head steered
+        self.replace_session(None)
+        self.publish()
 
     @Slot(int)
     def force(self, token_id: int) -> None:
@@ -246,11 +222,11 @@ class GenerationWorker(QObject):
             session.force_token(token_id)
             return None if self._generating else session.step()
 
-        self._command(force_and_step, emit=True)
+        self.command(force_and_step, emit=True)
 
     @Slot(str)
     def insert(self, text: str) -> None:
-        self._command(lambda s: s.insert_text(text), emit=True)
+        self.command(lambda s: s.insert_text(text), emit=True)
 
     @Slot(int, int)
     def take_instead(self, step_index: int, token_id: int) -> None:
@@ -261,7 +237,7 @@ class GenerationWorker(QObject):
             session.force_token(token_id)
             return session.step()
 
-        self._command(branch, emit=True, rewound=True)
+        self.command(branch, emit=True, rewound=True)
 
     @Slot(int, object)
     def continue_from(self, keep: int, settings: dict) -> None:
@@ -271,7 +247,7 @@ class GenerationWorker(QObject):
             session.rewind(len(session.steps) - keep)
             session.update_settings(**settings)
 
-        if self._command(branch, emit=False, rewound=True):
+        if self.command(branch, emit=False, rewound=True):
             self.generate()
 
     @Slot(object)
@@ -284,24 +260,8 @@ class GenerationWorker(QObject):
         def carry_on(session):
             session.update_settings(**{**settings, "max_new_tokens": len(session.steps) + settings["max_new_tokens"]})
 
-        if self._command(carry_on, emit=False):
+        if self.command(carry_on, emit=False):
             self.generate()
-
-    @Slot(object)
-    def set_rules(self, rules) -> None:
-        """The rules panel changed: these rules act from the next step on (logged in the trace)."""
-        if self.session is None:
-            return
-        before = self.session.rules
-        try:
-            now = self.session.set_rules(rules)
-        except ValueError as error:
-            self.failed.emit(str(error))
-            return
-        if now is before:  # Step and Generate send the panel's rules each time: unchanged ones say nothing
-            return
-        self._publish()
-        self.rulesSet.emit(len(rules))
 
     @Slot(object, int)
     def replay(self, trace: dict, request: int) -> None:
@@ -314,14 +274,13 @@ class GenerationWorker(QObject):
         except ValueError as error:
             self.failed.emit(f"replay failed: {error}")
             return
-        self.session, self._prompt_unscored = session, True
-        self.headsSteered.emit(session.head_scales)  # as the trace's log steered them
-        self._publish()
+        self.replace_session(session)  # its heads as the trace's log steered them
+        self.publish()
         self.replayed.emit(report, (request, session.prompt_text, list(session.steps), session.stopped))
         self._emit_preview()
 
     # --- helpers -------------------------------------------------------------------------------------
-    def _command(self, action, emit: bool, rewound: bool = False) -> bool:
+    def command(self, action, emit: bool, rewound: bool = False) -> bool:
         """Run one steering action on the session; a ValueError changes nothing and reaches the GUI."""
         if self.session is None:
             self.failed.emit("no session yet: press Generate or Step first")
@@ -333,7 +292,7 @@ class GenerationWorker(QObject):
         except ValueError as error:
             self.failed.emit(str(error))
             return False
-        self._publish()
+        self.publish()
         if rewound:
             self.redraw.emit(self.session.prompt_text, steps)  # the GUI redraws the branch
         elif emit:
@@ -343,273 +302,6 @@ class GenerationWorker(QObject):
             self._emit_preview()  # before `paused`: once the GUI hears it, the chart has what comes next
             self.paused.emit()
         return True
-
-    @Slot(str, object)
-    def score_text(self, text: str, settings: dict) -> None:
-        """Score a text under the model (engine.score), off the GUI thread; the session is left as it is."""
-        try:
-            result = engine.score(self.model, text, **settings)
-            first = self.model.tokenizer.decode(result.token_ids[:1])
-        except ValueError as error:
-            self.failed.emit(f"could not score the text: {error}")
-            return
-        self.scored.emit(result, first)
-
-    @Slot()
-    def _score_prompt(self) -> None:
-        """Score the session's prompt, if it waits and no run goes on (a run that started since scores it
-        when it ends); a prompt that cannot be scored (a server that gives only its top N, a prompt of one
-        token) is said with its reason, once, and changes nothing else."""
-        if self.session is None or self._generating or not self._prompt_unscored:
-            return
-        self._prompt_unscored = False
-        try:
-            result = self.session.score_prompt()  # cached by the session
-        except Exception as error:  # noqa: BLE001 - the strip says why; no dialog, the session goes on
-            self.promptScored.emit(None, _readable(error))
-            return
-        self.promptScored.emit(result, "")
-
-    @Slot(object)
-    def find_models(self, recent) -> None:
-        """The GGUF files on this computer (disk reads: here, not on the GUI thread); discovery never raises."""
-        self.modelsFound.emit(engine.find_models(recent=recent))
-
-    @Slot(object)
-    def load_model(self, request: dict) -> None:
-        """Load a model here, off the GUI thread: engine.load_model(request["source"], **the rest); on failure
-        keep the old one."""
-        self._cancel_load.clear()
-        source = request["source"]
-        options = {key: value for key, value in request.items() if key != "source"}
-
-        def progress(done, total):
-            if self._cancel_load.is_set() or self.closing.is_set():
-                raise LoadCancelled
-            self.loadProgress.emit(done, total)
-
-        notices = []  # a damaged cache that was rebuilt: said once the model is in
-        try:
-            model = engine.load_model(source, progress=progress, notice=notices.append, **options)
-        except LoadCancelled:
-            self.failed.emit(f"{LOAD_CANCELLED}: still using {self.model.name}")
-            return
-        except (ValueError, OSError) as error:
-            self.failed.emit(_could_not_open(source, str(error)))
-            return
-        except Exception as error:  # noqa: BLE001 - any other failure is reported, the old model stays
-            self.failed.emit(_could_not_open(source, f"{type(error).__name__}: {error}"))
-            return
-        old, self.model, self.session = self.model, model, None
-        self._publish()
-        self.headsSteered.emit(())  # no session: no head steered
-        if self._loaded_here:
-            old.close()  # a server model's connections; the others have nothing to close
-        self._loaded_here = True
-        self.modelLoaded.emit(model)
-        for message in notices:
-            self.notice.emit(f"{model.name} is loaded, but {message}")
-
-    @Slot(object)
-    def compare(self, request: dict) -> None:
-        """Compare the text under the model and a second one (engine.compare), off the GUI thread. request:
-        {"text": ..., "model": a load request (engine.load_model's source and options), or None for the
-        second model already loaded}. A new second model is kept only once it has compared; a model that
-        fails to load or to read the text is said and closed, and the first model, its session and the
-        second model in use stay as they were."""
-        wanted = request.get("model")
-        model = self.second_model
-        if wanted is not None and wanted != self._second_request:
-            options = {key: value for key, value in wanted.items() if key != "source"}
-
-            def progress(_done, _total):  # closing cancels this load too
-                if self.closing.is_set():
-                    raise LoadCancelled
-
-            try:
-                model = engine.load_model(wanted["source"], progress=progress, **options)
-            except Exception as error:  # noqa: BLE001 - any failure is said; nothing else changes
-                self.compareFailed.emit(f"could not open the second model: {_readable(error)}")
-                return
-        if model is None:
-            self.compareFailed.emit("the comparison was closed")
-            return
-        try:
-            comparison = engine.compare(self.model, model, request["text"])
-        except Exception as error:  # noqa: BLE001 - the GUI must hear back, whatever went wrong
-            if model is not self.second_model:
-                model.close()
-            self.compareFailed.emit(f"could not compare the text: {_readable(error)}")
-            return
-        if model is not self.second_model:
-            self.drop_second_model()
-            self.second_model, self._second_request = model, dict(wanted)
-        self.compared.emit(comparison, model)
-
-    def _send_tree(self, session) -> None:
-        """The session's tree to the GUI: the nodes made or changed since it last heard (all of a new tree), and
-        the active path, when either changed."""
-        tree, sent, path = self._tree_sent
-        new = tree is not session.tree
-        changed = range(1, len(session.tree.nodes)) if new else dict.fromkeys(session.tree.touched[sent:])
-        if not new and not changed and tuple(session.path) == path:
-            return
-        self._tree_sent = (session.tree, len(session.tree.touched), tuple(session.path))
-        self.treeChanged.emit(new, [session.tree.view(i) for i in changed], list(session.path))
-
-    @Slot(int)
-    def goto(self, node_id: int) -> None:
-        """Put back the branch of the tree that ends at this node (Session.goto); the view redraws it. A text
-        that ended can still go to another branch."""
-        self._command(lambda session: session.goto(node_id), emit=True, rewound=True)
-
-    @Slot(object)
-    def expand(self, request: dict) -> None:
-        """request: {"node", "params": Session.expand's, "settings": the controls'}: the text goes to that node
-        (goto, as a click would), the controls' chain applies (a logged settings change, the step limit kept),
-        and the tree grows below it, with progress; Stop (request_stop) cancels, keeping finished levels."""
-        session = self.session
-        if session is None or self._generating:  # failed: the Tree tab stops waiting for the expansion
-            self.failed.emit("could not expand the tree: there is no session to grow (the prompt did not start one)")
-            return
-        self._stop.clear()
-        self.busyChanged.emit(True)
-        start = last = time.perf_counter()
-
-        def progress(done: int, expected: int) -> None:  # at most 20 signals a second
-            nonlocal last
-            if time.perf_counter() - last > 0.05:
-                last = time.perf_counter()
-                self.expandProgress.emit(done, expected)
-
-        node = request["node"]
-        ends = (
-            0 < node < len(session.tree.nodes) and session.tree.nodes[node].step.token_id in session.model.end_token_ids
-        )
-        if ends:  # the end of a story: what else could have come instead of the end
-            node = session.tree.nodes[node].parent
-        settings = {**request["settings"], "max_new_tokens": session.settings.max_new_tokens}
-        try:
-            session.check_expansion(node, settings, **request["params"])  # refused: nothing moves
-            if node != (session.path[-1] if session.path else 0):
-                session.goto(node)
-                self.redraw.emit(session.prompt_text, list(session.steps))
-            session.update_settings(**settings)
-            result = session.expand(**request["params"], progress=progress, cancelled=self._stop.is_set)
-        except ValueError as error:
-            self.failed.emit(f"could not expand the tree: {error}")
-            return
-        finally:
-            self.busyChanged.emit(False)
-            self._publish()
-        self.expandDone.emit(result, time.perf_counter() - start, bool(ends))
-        self._emit_preview()
-
-    @Slot(int)
-    def delete_branch(self, node_id: int) -> None:
-        self._command(lambda session: session.delete_branch(node_id), emit=False)
-
-    @Slot(int, str)
-    def name_branch(self, node_id: int, name: str) -> None:
-        self._command(lambda session: session.name_branch(node_id, name), emit=False)
-
-    @Slot(int, bool)
-    def pin_branch(self, node_id: int, pinned: bool) -> None:
-        self._command(lambda session: session.pin_branch(node_id, pinned), emit=False)
-
-    @Slot()
-    def undo_tree_edit(self) -> None:
-        """Take back the last delete, name or pin of the tree (Session.undo_tree_edit); the Tree tab redraws it.
-        With nothing to undo, the status bar says so (a notice: nothing went wrong)."""
-        if self.session is not None and not self.session.tree.edits:
-            self.notice.emit("Nothing to undo: no branch was deleted, named or pinned (Ctrl+Z undoes tree edits only)")
-            return
-        undone = []
-        if self._command(lambda session: undone.append(session.undo_tree_edit()), emit=False):
-            self.treeEditUndone.emit(undone[0], self.session.tree.nodes[undone[0].node].step.token)
-
-    @Slot(int, int)
-    def compare_branches(self, a: int, b: int) -> None:
-        """Two branches side by side from where they part (Session.compare_branches); the session is unchanged."""
-        if self.session is None:
-            return
-        try:
-            prefix, left, right = self.session.compare_branches(a, b)
-        except ValueError as error:
-            self.failed.emit(f"could not compare the branches: {error}")
-            return
-        self.branchesCompared.emit(prefix, left, right)
-
-    @Slot(object)
-    def run_seeds(self, request: dict) -> None:
-        """request: {"count": N, "settings": the controls' settings, "at": steps kept (optional)}: seeds 0..N-1
-        continue the text from where the session is, or from its first `at` steps (Session.run_seeds: the
-        session does not change), each for up to Max new tokens."""
-        if self.session is None or self._generating:
-            self.notice.emit("Generate or step first: the seeds continue the text from where it is")
-            return
-        settings = dict(request["settings"])
-        limit = settings.pop("max_new_tokens")  # Max new: tokens per seed from here, as per Generate
-        start = time.perf_counter()
-        try:
-            run = self.session.run_seeds(
-                range(request["count"]), max_new_tokens=limit, at=request.get("at"), **settings
-            )
-        except ValueError as error:
-            self.failed.emit(f"could not run the seeds: {error}")
-            return
-        self.seedsRun.emit(run, time.perf_counter() - start)
-
-    @Slot(object)
-    def look_inside(self, request: dict) -> None:
-        """request: {"index": a step (-1: the next token), "key": the GUI's}: the logit lens and attention at
-        that position (engine.inside_view: one full forward over the text before it; the session is
-        untouched), with the token texts the Inside tab shows."""
-        session = self.session
-        if session is None:  # the view shows a trace or a scored text: nothing was read here
-            self.insideReady.emit(InsideShown.nothing(request["key"], NO_SESSION))
-            return
-        if self._generating:
-            return
-        index = request["index"]
-        if index >= len(session.steps):
-            return  # the text changed since: the GUI asks again for what it shows
-        ids = session.ids[: len(session.prompt_ids) + index] if index >= 0 else session.ids
-        chosen = session.steps[index] if index >= 0 else None
-        try:
-            view = engine.inside_view(self.model, ids, head_scales=session.head_table)
-        except ValueError as error:
-            self.failed.emit(f"could not look inside the model: {error}")
-            return
-        text_of = self.model.tokenizer.decode
-        where = f"Step {index + 1}, {chosen.token!r}" if chosen is not None else "The next token"
-        self.insideReady.emit(InsideShown(
-            key=request["key"], view=view, title=f"{where}: what each layer would predict, and where each head looks",
-            position_tokens=[text_of([i]) for i in ids],
-            grid_tokens=[[text_of([int(i)]) for i in row] for row in view.grid_top],
-            chosen_id=None if chosen is None else chosen.token_id, chosen_text=None if chosen is None else chosen.token,
-            layers=engine.layer_candidates(view, lambda i: text_of([i])),
-        ))  # fmt: skip
-
-    @Slot(object)
-    def steer_heads(self, scales) -> None:
-        """Scale (0: ablate) attention heads from the next step on (Session.steer_heads); the chart's next token
-        follows."""
-        if self._command(lambda session: session.steer_heads(scales), emit=True):
-            self.headsSteered.emit(self.session.head_scales)
-
-    @Slot()
-    def drop_second_model(self) -> None:
-        """Close the comparison's second model (its memory and a server's connections)."""
-        if self.second_model is not None:
-            self.second_model.close()
-        self.second_model = self._second_request = None
-
-    def close_own_model(self) -> None:
-        """On shutdown (the thread has stopped): close a model this worker loaded, and a second model."""
-        self.drop_second_model()
-        if self._loaded_here:
-            self.model.close()
 
     @Slot()
     def send_preview(self) -> None:
@@ -644,9 +336,9 @@ class GenerationWorker(QObject):
         except Exception as error:  # noqa: BLE001 - the waiting GUI gets it
             future.set_exception(error)
 
-    def _publish(self) -> None:
-        """Tell the GUI how the session is now; once idle (every run and command ends here), post the
-        scoring of a prompt that waits: queued, so a Generate that starts the session runs first."""
+    def publish(self) -> None:
+        """Tell the GUI how the session is now, then each feature (the tree's new nodes, a prompt to score once
+        the worker is idle: every run and command ends here)."""
         session = self.session
         if session is None:
             view = SessionView(self._handled, generating=self._generating)
@@ -655,63 +347,21 @@ class GenerationWorker(QObject):
             view = SessionView(self._handled, session.prompt, len(session.steps), session.stopped, self._generating,
                                session.healing, len(events), events[-1] if events else None)  # fmt: skip
         self.changed.emit(view)
-        if session is not None:
-            self._send_tree(session)
-        if self._prompt_unscored and not self._generating and session is not None:
-            QMetaObject.invokeMethod(self, "_score_prompt", Qt.ConnectionType.QueuedConnection)
+        for feature in self.features:
+            feature.published(session)
+
+    def replace_session(self, session) -> None:
+        """Another session (started, replayed), or none (reset, another model): the features hear it first."""
+        self.session = session
+        for feature in self.features:
+            feature.session_changed(session)
+
+    def begin_work(self):
+        """A long command (an expansion) starts: Stop ends it from now on. -> whether Stop was pressed since."""
+        self._stop.clear()
+        return self._stop.is_set
 
 
-def _readable(error: Exception) -> str:
+def readable(error: Exception) -> str:
+    """An error as a person reads it: a ValueError's or OSError's own message, else its type too."""
     return str(error) if isinstance(error, (ValueError, OSError)) else f"{type(error).__name__}: {error}"
-
-
-def _could_not_open(source, error: str) -> str:
-    """One message that names the file once (the engine's errors often name it already)."""
-    return f"could not open the model: {error}" if str(source) in error else f"could not open {source}: {error}"
-
-
-SHUTDOWN_WAIT_S = 0.4  # closing waits this long at most for the worker (then app.main ends without it)
-_left_running: list = []  # WorkerThreads a native call held past closing: kept, never destroyed while running
-
-
-def threads_left_running() -> bool:
-    """Whether closing left a worker's thread running (app.main then ends the process without it)."""
-    return any(threads.thread.isRunning() for threads in _left_running)
-
-
-class WorkerThread:
-    """The worker and its QThread, started together and stopped cleanly (no 'Destroyed while running')."""
-
-    def __init__(self, model):
-        self.thread = QThread()
-        self.thread.setObjectName("generation worker")
-        self.worker = GenerationWorker(model)
-        self.worker.moveToThread(self.thread)
-        self.thread.start()
-
-    def shutdown(self, wait_s: float = SHUTDOWN_WAIT_S) -> bool:
-        """Stop the worker within wait_s: its run or expansion stops before the next step, a load is cancelled,
-        a rule's command is ended, and its models refuse further forward passes (stop_work: llama.cpp ends the
-        one in progress at its next graph node, so seeds, a prompt being scored or read stop at once); then its
-        own models are closed. -> True. A thread that a native call still holds (llama.cpp making a context) is
-        never terminated (QThread.terminate can kill it holding the GIL or a lock: a hang, or Qt's and GLib's
-        warnings): it is left running, and False returned (app.main then ends the process without it)."""
-        if not self.thread.isRunning():
-            return True
-        worker = self.worker
-        models = [model for model in (worker.model, worker.second_model) if hasattr(model, "stop_work")]
-        worker.closing.set()
-        worker.request_stop()
-        for model in models:
-            model.stop_work()
-        self.thread.quit()
-        deadline = time.monotonic() + wait_s
-        while not self.thread.wait(10):
-            engine.CommandTool.end_all()  # a command a rule runs, and any a rule starts after this
-            if time.monotonic() > deadline:
-                _left_running.append(self)
-                return False
-        for model in models:
-            model.stop_work(False)  # a model the window was given may work on elsewhere
-        worker.close_own_model()
-        return True

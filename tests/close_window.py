@@ -61,7 +61,7 @@ class Driver(QObject):
         if args.model == "story":
             self.model_ready()
         elif args.case == "loading":
-            controller.worker.loadProgress.connect(self.close_once)
+            controller.worker.models.loadProgress.connect(self.close_once)
             controller.open_model("smollm2", **self.llama_options())
         else:
             controller.modelChanged.connect(self.model_ready)

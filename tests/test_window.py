@@ -241,7 +241,7 @@ def test_the_gui_reads_a_frozen_copy_of_the_session(qtbot, window):
     window.controller.reset()
     qtbot.waitUntil(lambda: window.controller.known.view.prompt is None, timeout=WAIT)
     assert window.controller.known.view.handled == view.handled + 1  # the reset, counted
-    in_the_worker = ("worker.py", "session_saver.py")  # the autosave's saver runs in the worker's thread
+    in_the_worker = ("worker.py", "saver.py")  # the autosave's saver (recovery/) runs in the worker's thread
     gui = [path for path in (ROOT / "playground").rglob("*.py") if path.name not in (*in_the_worker, "main_window.py")]
     live = re.compile(r"worker\.session\b|\.session\(\)")  # the live session is the worker's
     assert not [path.name for path in gui if live.search(path.read_text())]

@@ -108,7 +108,7 @@ def test_a_second_model_that_cannot_read_the_text_is_named(qtbot, prefs):
     assert "story model cannot read this text: 'T' at position 0" in blocker.args[0]
     assert win.token_view.whole_text() == "The Capital of France is Paris."  # the scored text stays
     assert not child(win, QWidget, "comparisonPanel").isVisible()
-    assert win.controller.worker.second_model is None  # the model that could not read it is not kept
+    assert win.controller.worker.compare.second_model is None  # the model that could not read it is not kept
     win.close()
 
 
@@ -138,4 +138,4 @@ def test_a_comparison_that_arrives_after_close_is_dropped(qtbot, window):
     assert not panel.isVisible()
     comparing._on_compared(comparison, window.controller.model)  # a result the worker sent before Close
     assert not panel.isVisible() and comparing.second_name is None
-    qtbot.waitUntil(lambda: window.controller.worker.second_model is None, timeout=WAIT)
+    qtbot.waitUntil(lambda: window.controller.worker.compare.second_model is None, timeout=WAIT)

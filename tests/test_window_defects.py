@@ -307,7 +307,7 @@ def test_an_unsupported_gguf_is_refused_from_its_header(qtbot, window, tmp_path)
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 3])  # the tensors are never read: cutting them changes nothing
     progress = []
-    window.controller.worker.loadProgress.connect(lambda done, total: progress.append(done))
+    window.controller.worker.models.loadProgress.connect(lambda done, total: progress.append(done))
     started = time.perf_counter()
     with qtbot.waitSignal(window.controller.message, timeout=WAIT) as blocker:
         window.controller.open_model(str(path), backend="numpy")
@@ -327,7 +327,7 @@ def test_stop_cancels_a_model_load(qtbot, window, monkeypatch, story_model):
         return story_model
 
     monkeypatch.setattr(engine, "load_model", slow_load)
-    with qtbot.waitSignal(window.controller.worker.loadProgress, timeout=WAIT):
+    with qtbot.waitSignal(window.controller.worker.models.loadProgress, timeout=WAIT):
         window.controller.open_model("/somewhere/big.gguf")
     assert child(window, QPushButton, "stopButton").isEnabled()
     with qtbot.waitSignal(window.controller.message, timeout=WAIT) as blocker:

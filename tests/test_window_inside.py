@@ -66,7 +66,7 @@ def test_the_lens_and_attention_of_a_selected_step(qtbot, window, monkeypatch):
     assert np.allclose(window.inside_panel.strip_weights(), weights / weights.max(), atol=1e-6)
     assert child(window, QLabel, "attentionTop").text().startswith("' gold' 0.9")
     # ablate it: from the next step on the session reads the text without it; the trace replays it
-    with qtbot.waitSignal(window.controller.worker.headsSteered, timeout=WAIT):
+    with qtbot.waitSignal(window.controller.worker.inside.headsSteered, timeout=WAIT):
         qtbot.mouseClick(child(window, QPushButton, "ablateHeadButton"), Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: child(window, QLabel, "steeredHeads").text() == "steered: layer 1 head 4 ×0", timeout=WAIT)
     qtbot.waitUntil(lambda: not window.controller.running, timeout=WAIT)

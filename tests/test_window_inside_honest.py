@@ -210,7 +210,7 @@ def test_a_banner_says_which_heads_are_steered_and_restores_them(qtbot, window, 
     assert text.isVisible() and restore.isVisible()
     assert text.text() == "Steering: layer 1 head 2 ×0.5, layer 1 head 4 ablated"
     assert same_size(window, before)
-    with qtbot.waitSignal(window.controller.worker.headsSteered, timeout=WAIT):
+    with qtbot.waitSignal(window.controller.worker.inside.headsSteered, timeout=WAIT):
         qtbot.mouseClick(restore, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: not text.isVisible(), timeout=WAIT)
     assert window.session().head_scales == () and same_size(window, before)

@@ -127,7 +127,7 @@ def test_cancel_keeps_the_levels_finished(qtbot, window):
         child(window, QSpinBox, name).setValue(value)
     child(window, QCheckBox, "expandRaw").setChecked(True)
     window.show_panel(window.tree_panel)
-    with qtbot.waitSignal(window.controller.worker.expandProgress, timeout=WAIT):
+    with qtbot.waitSignal(window.controller.worker.tree.expandProgress, timeout=WAIT):
         qtbot.mouseClick(child(window, QPushButton, "expandButton"), Qt.MouseButton.LeftButton)
     assert window.stop_reason.text() == "Expanding the tree..."
     cancel = child(window, QPushButton, "cancelExpandButton")

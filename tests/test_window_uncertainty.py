@@ -275,7 +275,7 @@ def test_the_prompt_is_scored_in_the_worker_thread_never_the_gui_thread(qtbot, w
     """A single Step leaves the worker idle with a new session: it scores the prompt there."""
     worker_thread = window.controller.threads.thread
     emitted_in = []
-    window.controller.worker.promptScored.connect(  # runs in the emitting thread
+    window.controller.worker.scoring.promptScored.connect(  # runs in the emitting thread
         lambda *_: emitted_in.append(QThread.currentThread()), Qt.ConnectionType.DirectConnection
     )
     scoring_code = {engine.core.scoring.score.__code__, engine.Session.score_prompt.__code__}

@@ -36,10 +36,10 @@ class Comparing(QObject):
         self._in_flight = False
         self._again = False  # the text changed while a comparison was being made
         self._opening = False  # a new second model is being loaded (Close has not been pressed since)
-        self.compareRequested.connect(worker.compare)
-        self.dropRequested.connect(worker.drop_second_model)
-        worker.compared.connect(self._on_compared)
-        worker.compareFailed.connect(self._on_failed)
+        self.compareRequested.connect(worker.compare.compare)
+        self.dropRequested.connect(worker.compare.drop_second_model)
+        worker.compare.compared.connect(self._on_compared)
+        worker.compare.compareFailed.connect(self._on_failed)
         self.panel.compareAgain.connect(self.again)
         self.panel.closeRequested.connect(self.close)
         self.panel.textSpanClicked.connect(self.select_span)

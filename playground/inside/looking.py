@@ -10,9 +10,9 @@ Computed on demand only: while the tab is shown and no run goes on, for the posi
 generation computes nothing for it, open or closed. A backend that does not show its layers (llama.cpp, a
 server) gets a plain sentence instead of empty panels."""
 
-from dataclasses import dataclass
-
 from PySide6.QtCore import QObject, Signal
+
+from .shown import InsideShown
 
 UNAVAILABLE = (
     "{name} runs on {engine}, which gives the model's scores but not its layers: the logit lens and attention need "
@@ -23,27 +23,6 @@ EMPTY = ("Type a prompt and press Step (or Generate): then select a token, or pa
          "predict there and where each head looks")  # fmt: skip
 SELECT = "Select a token, or pause, to look inside the model"
 BUSY = "Generating: pause or select a token to look inside"
-NO_SESSION = ("This text is not a session of the model (a trace being viewed, or a scored text): Replay the trace, "
-              "or Step or Generate, to look inside")  # fmt: skip
-
-
-@dataclass(frozen=True)
-class InsideShown:
-    """What the worker sends for one position (engine.InsideView and the texts the panel draws)."""
-
-    key: tuple
-    view: object  # engine.InsideView
-    title: str
-    position_tokens: list[str]  # the text of each position's token
-    grid_tokens: list[list[str]]  # the text of each grid cell's top token
-    chosen_id: int | None  # the token the step took there (None: the next token)
-    chosen_text: str | None
-    layers: tuple  # engine.Candidates per lens row: each layer's own top tokens, for the chart
-
-    @classmethod
-    def nothing(cls, key: tuple, why: str) -> "InsideShown":
-        """No numbers for this position (view None): the title says why."""
-        return cls(key, None, why, [], [], None, None, ())
 
 
 class LookingInside(QObject):
@@ -62,15 +41,15 @@ class LookingInside(QObject):
         self.current: InsideShown | None = None
         self._asked: tuple | None = None
         self.scales: tuple = ()  # the session's steered heads, as the worker last said
-        self.lookRequested.connect(worker.look_inside)
-        worker.insideReady.connect(self._on_ready)
+        self.lookRequested.connect(worker.inside.look_inside)
+        worker.inside.insideReady.connect(self._on_ready)
         window.docks.dock(self.panel).visibilityChanged.connect(lambda _shown: self.refresh())
         window.token_view.stepsChanged.connect(lambda _start: self._text_changed())
         self.panel.layerChosen.connect(self.show_layer)
         self.panel.headsSteered.connect(self.steer)
         self.banner.restoreClicked.connect(lambda: self.steer([]))
-        self.steerRequested.connect(worker.steer_heads)
-        worker.headsSteered.connect(self._on_steered)
+        self.steerRequested.connect(worker.inside.steer_heads)
+        worker.inside.headsSteered.connect(self._on_steered)
         self.panel.show_waiting(EMPTY)
 
     def model_changed(self, model) -> None:

@@ -34,16 +34,16 @@ class Branches(QObject):
         self.expanding = False
         self._greedy_chain = False  # the expansion running is under a chain that keeps one token per node
         self.dialog: BranchCompare | None = None
-        for signal, slot in ((self.gotoRequested, worker.goto), (self.expandRequested, worker.expand),
-                             (self.deleteRequested, worker.delete_branch), (self.nameRequested, worker.name_branch),
-                             (self.pinRequested, worker.pin_branch), (self.undoRequested, worker.undo_tree_edit),
-                             (self.compareRequested, worker.compare_branches)):  # fmt: skip
+        for signal, slot in ((self.gotoRequested, worker.tree.goto), (self.expandRequested, worker.tree.expand),
+                             (self.deleteRequested, worker.tree.delete_branch), (self.nameRequested, worker.tree.name_branch),
+                             (self.pinRequested, worker.tree.pin_branch), (self.undoRequested, worker.tree.undo_tree_edit),
+                             (self.compareRequested, worker.tree.compare_branches)):  # fmt: skip
             signal.connect(slot)
-        worker.treeEditUndone.connect(self._on_undone)
-        worker.treeChanged.connect(self.panel.update_tree)
-        worker.expandProgress.connect(self.panel.controls.show_progress)
-        worker.expandDone.connect(self._on_expanded)
-        worker.branchesCompared.connect(self._on_compared)
+        worker.tree.treeEditUndone.connect(self._on_undone)
+        worker.tree.treeChanged.connect(self.panel.update_tree)
+        worker.tree.expandProgress.connect(self.panel.controls.show_progress)
+        worker.tree.expandDone.connect(self._on_expanded)
+        worker.tree.branchesCompared.connect(self._on_compared)
         worker.failed.connect(self._on_failed)
         self.panel.nodeClicked.connect(self.goto)
         self.panel.expandRequested.connect(self.expand)
