@@ -139,7 +139,7 @@ class MainWindow(QMainWindow):
     def export_trace(self, path, branches: str = "all") -> Path:
         """Save the current session's trace (the engine's JSON, written atomically): every branch of its tree,
         or the active one alone (branches="active")."""
-        trace = self.controller.trace(branches)  # made by the worker; ValueError when there is nothing to export
+        trace = self.controller.traces.trace(branches)  # made by the worker; ValueError when there is nothing to export
         engine.save_trace(trace, path)
         which = "" if branches == "all" else " of the active branch alone"
         self.message_label.setText(f"Exported {len(trace['steps'])} steps{which} to {path}")
@@ -147,7 +147,7 @@ class MainWindow(QMainWindow):
 
     def open_trace(self, path) -> dict:
         trace = engine.load_trace(path)  # ValueError names the first bad field
-        self.controller.open_trace(trace)
+        self.controller.traces.open_trace(trace)
         return trace
 
     # --- layout ------------------------------------------------------------------------------------------
@@ -244,7 +244,7 @@ class MainWindow(QMainWindow):
         open_.triggered.connect(self._open_dialog)
         self.replay_action = QAction("Replay trace", self, shortcut=QKeySequence("Ctrl+P"))
         self.replay_action.setEnabled(False)
-        self.replay_action.triggered.connect(lambda: self.controller.replay())
+        self.replay_action.triggered.connect(lambda: self.controller.traces.replay())
         score = QAction("Score a text...", self, shortcut=QKeySequence("Ctrl+T"))
         score.setObjectName("scoreTextAction")
         score.triggered.connect(self._score_dialog)
@@ -262,10 +262,10 @@ class MainWindow(QMainWindow):
         text, ok = QInputDialog.getMultiLineText(self, "Score a text",
                                                  "A text to read token by token: what did the model expect?")  # fmt: skip
         if ok and text:
-            self.controller.score_text(text)
+            self.controller.scoring.score_text(text)
 
     def _compare_dialog(self) -> None:
-        picker = self.controller.picker
+        picker = self.controller.models.picker
         labels = [entry.label for entry in picker.entries]
         label, ok = QInputDialog.getItem(self, "Compare with a second model",
                                          "Read the text in the view with this model too:", labels, 0, False)  # fmt: skip

@@ -62,10 +62,10 @@ class Driver(QObject):
             self.model_ready()
         elif args.case == "loading":
             controller.worker.models.loadProgress.connect(self.close_once)
-            controller.open_model("smollm2", **self.llama_options())
+            controller.models.open_model("smollm2", **self.llama_options())
         else:
             controller.modelChanged.connect(self.model_ready)
-            controller.open_model("smollm2", **self.llama_options())
+            controller.models.open_model("smollm2", **self.llama_options())
 
     @Slot(object)
     def model_ready(self, _model=None) -> None:
@@ -81,10 +81,10 @@ class Driver(QObject):
         elif case == "scoring":
             controller.runFinished.connect(self.close_once)
         elif case == "idle":
-            controller.promptScored.connect(self.close_once)
+            controller.scoring.promptScored.connect(self.close_once)
         else:
             then = {"expanding": self.expand, "seeds": self.seeds, "comparing": self.compare, "compared": self.compare}
-            controller.promptScored.connect(then[case])  # once the first run is over
+            controller.scoring.promptScored.connect(then[case])  # once the first run is over
         controller.generate()
 
     @Slot(object)
@@ -96,7 +96,7 @@ class Driver(QObject):
     @Slot(object)
     def seeds(self, _result=None) -> None:
         self.window.controls.temperature.setValue(1.0)  # seeds that differ: many branches to walk
-        self.window.controller.run_seeds(64)
+        self.window.controller.seeding.run_seeds(64)
         QTimer.singleShot(300, self.close_once)  # 64 seeds of 12 tokens run for seconds: close while they do
 
     @Slot(object)

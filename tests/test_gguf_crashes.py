@@ -339,6 +339,6 @@ def test_the_picker_offers_no_llamacpp_line_for_a_file_llamacpp_would_abort_on(q
                           Qt.ItemDataRole.ToolTipRole)  # fmt: skip
     assert "not offered to llama.cpp: tokenizer.ggml.tokens holds 'b' twice (tokens 100 and 101)" in tip
     with qtbot.waitSignal(window.controller.message, timeout=30000) as shown:
-        window.controller.open_model(str(path), backend="llama.cpp")  # by hand, as Open GGUF file... does
+        window.controller.models.open_model(str(path), backend="llama.cpp")  # by hand, as Open GGUF file... does
     assert "holds 'b' twice" in shown.args[0] and "story model" in window.windowTitle()
     window.close()

@@ -424,7 +424,7 @@ def test_open_a_gguf_model_and_generate(qtbot, window, tmp_path, monkeypatch):
     monkeypatch.setenv("TOKEN_PLAYGROUND_CACHE", str(tmp_path / "cache"))
     path = tiny_gguf.write(tmp_path / "tiny.gguf", tiny_gguf.random_weights())
     with qtbot.waitSignal(window.controller.modelChanged, timeout=WAIT):
-        window.controller.open_model(str(path), backend="numpy")
+        window.controller.models.open_model(str(path), backend="numpy")
     assert window.windowTitle() == "Token Playground — tiny"
     assert window.controls.chat_format.isEnabled() and window.controls.chat_format.isChecked()
     assert window.controls.top_k.maximum() == window.model.vocab_size
@@ -437,7 +437,7 @@ def test_a_file_that_is_not_a_model_leaves_the_old_one(qtbot, window, tmp_path):
     bad = tmp_path / "broken.gguf"
     bad.write_bytes(b"GGUF but not really")
     with qtbot.waitSignal(window.controller.message, timeout=WAIT) as blocker:
-        window.controller.open_model(str(bad))
+        window.controller.models.open_model(str(bad))
     assert "could not open" in blocker.args[0]
     assert "story model" in window.windowTitle()
     assert not window.controls.load_progress.isVisible()
@@ -462,7 +462,7 @@ def test_smollm2_from_the_model_picker(qtbot, window):
 
 def test_a_server_model_in_the_window(qtbot, window, llama_server):
     with qtbot.waitSignal(window.controller.modelChanged, timeout=60000):
-        window.controller.open_model(llama_server)
+        window.controller.models.open_model(llama_server)
     assert "@ http://127.0.0.1:" in window.windowTitle()
     assert not window.controls.chat_format.isEnabled()
     type_prompt(qtbot, window, "The capital of France is")

@@ -303,7 +303,7 @@ def test_a_session_whose_model_is_gone_opens_read_only(qtbot, story_model, prefs
     message = window.message_label.text()
     assert message.startswith(f"The last session's model is no longer there ({path} is not there any more)")
     assert "read-only" in message
-    assert window.token_view.whole_text() == text and window.controller.trace_viewed is not None
+    assert window.token_view.whole_text() == text and window.controller.traces.viewed is not None
     assert not window.replay_action.isEnabled()
     assert "story model" in window.windowTitle()  # the model in use stays
 

@@ -101,8 +101,8 @@ def test_a_second_model_that_fails_to_load_changes_nothing(qtbot, window, tmp_pa
 
 def test_a_second_model_that_cannot_read_the_text_is_named(qtbot, prefs):
     win = shown_window(qtbot, engine.load_model("smollm2", backend="numpy"), prefs)
-    with qtbot.waitSignal(win.controller.textScored, timeout=WAIT):
-        win.controller.score_text("The Capital of France is Paris.")
+    with qtbot.waitSignal(win.controller.scoring.textScored, timeout=WAIT):
+        win.controller.scoring.score_text("The Capital of France is Paris.")
     with qtbot.waitSignal(win.controller.comparing.failed, timeout=WAIT) as blocker:
         win.controller.comparing.compare_with(STORY)
     assert "story model cannot read this text: 'T' at position 0" in blocker.args[0]

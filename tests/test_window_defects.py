@@ -93,7 +93,7 @@ def test_only_a_change_of_rules_is_announced(qtbot, window):
     window.rules_panel.add_rule(" goes to the", "insert", " barn")
     qtbot.waitUntil(lambda: window.message_label.text().startswith("Rules changed: 1"), timeout=WAIT)
     step(qtbot, window)
-    window.controller._set_status("")  # Step sends the panel's rules again: unchanged, they say nothing
+    window.controller.status("")  # Step sends the panel's rules again: unchanged, they say nothing
     step(qtbot, window)
     qtbot.wait(50)
     assert "Rules changed" not in window.message_label.text()
@@ -310,7 +310,7 @@ def test_an_unsupported_gguf_is_refused_from_its_header(qtbot, window, tmp_path)
     window.controller.worker.models.loadProgress.connect(lambda done, total: progress.append(done))
     started = time.perf_counter()
     with qtbot.waitSignal(window.controller.message, timeout=WAIT) as blocker:
-        window.controller.open_model(str(path), backend="numpy")
+        window.controller.models.open_model(str(path), backend="numpy")
     assert time.perf_counter() - started < 2
     message = blocker.args[0]
     assert "architecture 'gemma3' is not supported" in message
@@ -328,7 +328,7 @@ def test_stop_cancels_a_model_load(qtbot, window, monkeypatch, story_model):
 
     monkeypatch.setattr(engine, "load_model", slow_load)
     with qtbot.waitSignal(window.controller.worker.models.loadProgress, timeout=WAIT):
-        window.controller.open_model("/somewhere/big.gguf")
+        window.controller.models.open_model("/somewhere/big.gguf")
     assert child(window, QPushButton, "stopButton").isEnabled()
     with qtbot.waitSignal(window.controller.message, timeout=WAIT) as blocker:
         press(qtbot, window, "stopButton")

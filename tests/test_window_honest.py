@@ -74,8 +74,8 @@ def test_the_window_keeps_its_size_whatever_it_shows(qtbot, window):
         assert window.size() == QSize(1024, 700), panel.objectName()
     window.show_panel(window.seeds_panel)
     window.token_view.click_step(3)  # the story has ended: seeds from an earlier token
-    with qtbot.waitSignal(window.controller.seedsShown, timeout=WAIT):
-        window.controller.run_seeds(8)
+    with qtbot.waitSignal(window.controller.seeding.shown, timeout=WAIT):
+        window.controller.seeding.run_seeds(8)
     qtbot.wait(50)
     assert window.size() == QSize(1024, 700)
 
@@ -108,7 +108,7 @@ def test_an_inserted_text_cut_back_by_healing_says_so_under_the_view(qtbot, wind
 
 def test_a_prompt_cut_back_by_healing_says_so_before_the_first_step(qtbot, window):
     window.controls.samplers.heal.setChecked(True)
-    window.controller.run_seeds(1)  # starts the session from the prompt, then says seeds wait for the healing
+    window.controller.seeding.run_seeds(1)  # starts the session from the prompt, then says seeds wait for the healing
     qtbot.waitUntil(window.healing_note.isVisible, timeout=WAIT)
     assert "'.'" in window.healing_note.text() and "the prompt" in window.healing_note.text()
 

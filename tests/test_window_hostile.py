@@ -63,7 +63,7 @@ def test_a_damaged_trace_is_refused_with_a_value_error_and_changes_nothing(qtbot
     shown = window.token_view.toPlainText()
     with pytest.raises(ValueError, match=named):
         window.open_trace(path)
-    assert window.token_view.toPlainText() == shown and window.controller.trace_viewed is None
+    assert window.token_view.toPlainText() == shown and window.controller.traces.viewed is None
 
 
 def test_a_deeply_nested_trace_is_refused(window, tmp_path):
@@ -99,7 +99,7 @@ def test_a_damaged_gguf_cache_is_rebuilt_and_said(qtbot, window, tmp_path, monke
     data = bytearray(weights.read_bytes())
     data[-5] ^= 0x40  # one flipped bit in the last weight
     weights.write_bytes(bytes(data))
-    window.controller.open_model(str(path), backend="numpy")
+    window.controller.models.open_model(str(path), backend="numpy")
     qtbot.waitUntil(lambda: "is loaded, but" in window.message_label.text(), timeout=WAIT)
     assert window.message_label.text().startswith("tiny is loaded, but the float32 cache")
     assert "rebuilding it from the GGUF file" in window.message_label.text()

@@ -70,7 +70,7 @@ def steered(qtbot, win, scales):
 
 def switch(qtbot, win, source, **options):
     with qtbot.waitSignal(win.controller.modelChanged, timeout=LOAD_WAIT):
-        win.controller.open_model(source, **options)
+        win.controller.models.open_model(source, **options)
 
 
 def test_a_model_switch_shows_nothing_of_the_old_model(qtbot, window, monkeypatch):
@@ -154,7 +154,7 @@ def test_the_tab_follows_the_text_or_clears(qtbot, window, tmp_path):
         window.replay_action.trigger()
     assert "".join(done.args[0].position_tokens) == window.token_view.text()
 
-    window.controller.score_text("mia has a red ball.")  # a scored text is read, not a session: nothing inside
+    window.controller.scoring.score_text("mia has a red ball.")  # a scored text is read, not a session: nothing inside
     qtbot.waitUntil(
         lambda: window.controller.known.view.prompt is None and window.token_view.step_count() > 0, timeout=WAIT
     )

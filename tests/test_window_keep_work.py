@@ -83,7 +83,7 @@ def test_reloading_with_new_settings_asks_first_and_puts_the_session_back(
     answer_settings_dialog(lambda dialog: set_spin(dialog, "contextSize", 256))
     qtbot.mouseClick(child(win, QPushButton, "modelSettingsButton"), Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: len(asked) == 1, timeout=WAIT)
-    assert "replayed" in asked[0] and not win.controller.loading and win.model.context_length == 512
+    assert "replayed" in asked[0] and not win.controller.models.loading and win.model.context_length == 512
     assert win.token_view.text() == text
 
     # OK: the model reloads with the new context, and the session is back, replayed bit for bit
@@ -103,9 +103,9 @@ def test_another_model_over_a_session_asks_first(qtbot, prefs, story_model, smol
     generate(qtbot, win)
     text = win.token_view.text()
     asked = answer_questions(monkeypatch, ok=False)
-    win.controller.open_model({"source": str(smollm2_file), "backend": "llama.cpp", "threads": 1})
+    win.controller.models.open_model({"source": str(smollm2_file), "backend": "llama.cpp", "threads": 1})
     assert "closes" in asked[0] and "Export trace" in asked[0]
-    assert not win.controller.loading and win.model is story_model and win.token_view.text() == text
+    assert not win.controller.models.loading and win.model is story_model and win.token_view.text() == text
     answer_questions(monkeypatch)
     open_smollm2(qtbot, win)
     assert win.model.source == str(smollm2_file)
@@ -119,7 +119,7 @@ def test_the_same_file_with_another_engine_gets_the_session_back(qtbot, prefs, s
     steps = win.token_view.step_count()
     asked = answer_questions(monkeypatch)
     with qtbot.waitSignal(win.controller.message, timeout=WAIT):
-        win.controller.open_model({"source": str(smollm2_file), "backend": "numpy", "context_length": 512})
+        win.controller.models.open_model({"source": str(smollm2_file), "backend": "numpy", "context_length": 512})
     assert "with numpy" in asked[0] and "put back" in asked[0]
     assert "backend" not in win.model.describe()  # the numpy engine now
     assert win.token_view.step_count() == steps == len(win.session().steps)

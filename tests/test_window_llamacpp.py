@@ -223,7 +223,7 @@ def test_a_grammar_from_the_examples_constrains_the_answer_and_the_chart_shows_i
     assert win.chart.value_texts()[0] == "removed by grammar" and 0 in win.chart.removed_rows()
     taken = win.chart._candidates.token_ids.index(first.token_id)
     assert taken not in win.chart.removed_rows() and win.chart.marked() == [taken]
-    trace = win.controller.trace()
+    trace = win.controller.traces.trace()
     assert trace["settings"]["grammar"] == grammar.toPlainText() and trace["settings"]["heal"] is True
 
     grammar.setPlainText("root ::= (")  # a grammar that does not parse: llama.cpp's message, nothing runs

@@ -168,7 +168,7 @@ def test_settings_are_asked_remembered_and_reload_the_model(qtbot, folders, pref
     answer_settings_dialog(lambda dialog: False)
     qtbot.mouseClick(child(again, QPushButton, "modelSettingsButton"), Qt.MouseButton.LeftButton)
     qtbot.wait(100)
-    assert not again.controller.loading and again.model.context_length == 512
+    assert not again.controller.models.loading and again.model.context_length == 512
 
 
 def test_a_file_llama_cpp_cannot_open_is_refused_quickly_and_the_old_model_stays(qtbot, window, tmp_path, cache_dir,
@@ -180,7 +180,7 @@ def test_a_file_llama_cpp_cannot_open_is_refused_quickly_and_the_old_model_stays
     unknown.write_bytes(bytes(data))
     started = time.perf_counter()
     with qtbot.waitSignal(window.controller.message, timeout=WAIT) as blocker:
-        window.controller.open_model(str(unknown))  # the default engine: llama.cpp
+        window.controller.models.open_model(str(unknown))  # the default engine: llama.cpp
     seconds = time.perf_counter() - started
     message = blocker.args[0]
     assert "architecture 'zzzzz'" in message and "Traceback" not in message, message
@@ -192,7 +192,7 @@ def test_a_file_llama_cpp_cannot_open_is_refused_quickly_and_the_old_model_stays
     for options, expected in (({"context_length": 9000}, "context size 9000 is larger than the model's 8192"),
                               ({"threads": 0}, "threads must be a whole number from 1 to")):  # fmt: skip
         with qtbot.waitSignal(window.controller.message, timeout=WAIT) as blocker:
-            window.controller.open_model(str(SMOLLM2), backend="llama.cpp", **options)
+            window.controller.models.open_model(str(SMOLLM2), backend="llama.cpp", **options)
         assert expected in blocker.args[0]
         assert "story model" in window.windowTitle()
 

@@ -140,10 +140,10 @@ def test_cpu_threads_remembered_beyond_the_cpus_open_smollm2_with_the_default_an
     path = str(engine.smollm2_path())
     remembered = {"backend": "llama.cpp", "threads": 100_000, "context_length": 256}  # 100,000: SIGSEGV at a step
     prefs.setValue("model_settings", json.dumps({path: remembered}))
-    request = window.controller.picker.request(path, "llama.cpp")  # what picking the file in the list asks
+    request = window.controller.models.picker.request(path, "llama.cpp")  # what picking the file in the list asks
     assert request == {"source": path, "backend": "llama.cpp", "context_length": 256}  # no threads: the default
     with qtbot.waitSignal(window.controller.modelChanged, timeout=60_000):
-        window.controller.open_model(request)
+        window.controller.models.open_model(request)
     assert window.model.threads == engine.default_threads()
     status = window.message_label.text()
     assert "remembered for it but refused, the defaults used: CPU threads 100000 (threads must be a whole number " \

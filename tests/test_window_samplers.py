@@ -125,7 +125,7 @@ def test_penalties_and_the_order_reach_the_session(qtbot, window, story_model):
     press(qtbot, window, "llamaCppOrderButton")
     assert order(window) == list(engine.LLAMA_CPP_ORDER)
     generate(qtbot, window)
-    trace = window.controller.trace()
+    trace = window.controller.traces.trace()
     settings = trace["settings"]
     assert settings["repeat_penalty"] == 1.3 and settings["presence_penalty"] == 0.4
     assert settings["dry_multiplier"] == 0.8 and settings["logit_bias"] == [[5, -1.5], [7, None]]

@@ -6,12 +6,12 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QListWidget, QPushButton, QSpinBox
 from test_window import WAIT, child, generate, step, type_prompt
 
-from playground.controller import STALE_SEEDS
+from playground.seeds.seeding import STALE_SEEDS
 
 
 def run_seeds(qtbot, win, count):
     child(win, QSpinBox, "seedCount").setValue(count)
-    with qtbot.waitSignal(win.controller.seedsShown, timeout=WAIT) as blocker:
+    with qtbot.waitSignal(win.controller.seeding.shown, timeout=WAIT) as blocker:
         qtbot.mouseClick(child(win, QPushButton, "runSeedsButton"), Qt.MouseButton.LeftButton)
     return blocker.args[0]
 

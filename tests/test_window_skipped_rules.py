@@ -58,7 +58,7 @@ def test_command_rules_are_greyed_and_say_why_while_commands_are_off(qtbot, wind
 
 def test_a_skipped_command_rules_trigger_is_said_once_a_run_then_it_runs_once_allowed(qtbot, window):
     panel, said = window.rules_panel, []
-    window.controller.skipped_commands.said.connect(said.append)
+    window.controller.rules.skipped.said.connect(said.append)
     panel.add_rule(" the", "command", COMMAND)  # " the" ends the story's text several times a run
     window.controls.max_tokens.setValue(40)
     generate(qtbot, window)

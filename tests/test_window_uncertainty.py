@@ -195,8 +195,8 @@ def test_score_a_text_shows_it_like_a_generation(qtbot, window, story_model):
     """File > Score a text...: the worker reads the text; the view, the strip and (on a click) the chart show
     what the model expected at each token; the numbers are engine.score's."""
     text = "mia has a red ball. mia goes to the barn."
-    with qtbot.waitSignal(window.controller.textScored, timeout=30000) as blocker:
-        window.controller.score_text(text)
+    with qtbot.waitSignal(window.controller.scoring.textScored, timeout=30000) as blocker:
+        window.controller.scoring.score_text(text)
     result = blocker.args[0]
     expected = engine.score(story_model, text)
     assert result.log_likelihood == pytest.approx(expected.log_likelihood, abs=1e-5)
@@ -209,7 +209,7 @@ def test_score_a_text_shows_it_like_a_generation(qtbot, window, story_model):
     window.chart.flush()
     assert window.chart.shown()[0][0].strip() in ("park", "barn", "garden", "mall")  # what it expected there
     with qtbot.waitSignal(window.controller.message, timeout=30000) as blocker:
-        window.controller.score_text("mia has a Red ball.")
+        window.controller.scoring.score_text("mia has a Red ball.")
     assert "could not score the text" in blocker.args[0] and "'R' at position 10" in blocker.args[0]
     assert [s.token_id for s in view.steps()] == list(expected.token_ids[1:])  # the scored text stays shown
 
@@ -287,7 +287,7 @@ def test_the_prompt_is_scored_in_the_worker_thread_never_the_gui_thread(qtbot, w
 
     sys.setprofile(watch)
     try:
-        with qtbot.waitSignal(window.controller.promptScored, timeout=15000):
+        with qtbot.waitSignal(window.controller.scoring.promptScored, timeout=15000):
             step(qtbot, window)
     finally:
         sys.setprofile(None)

@@ -27,7 +27,8 @@ class Comparing(QObject):
     shown = Signal(object)  # for outside observers (tests): the engine.Comparison the panel now shows
     failed = Signal(str)  # for outside observers: why a comparison could not be made (said in the status bar)
 
-    def __init__(self, window, worker, busy, status):
+    def __init__(self, window, commands, busy, status):
+        """commands: the worker's CompareCommands."""
         super().__init__(window)
         self.window, self.panel, self.view = window, window.comparison_panel, window.token_view
         self.busy = busy  # a run or a load in progress: the worker is not free
@@ -36,10 +37,10 @@ class Comparing(QObject):
         self._in_flight = False
         self._again = False  # the text changed while a comparison was being made
         self._opening = False  # a new second model is being loaded (Close has not been pressed since)
-        self.compareRequested.connect(worker.compare.compare)
-        self.dropRequested.connect(worker.compare.drop_second_model)
-        worker.compare.compared.connect(self._on_compared)
-        worker.compare.compareFailed.connect(self._on_failed)
+        self.compareRequested.connect(commands.compare)
+        self.dropRequested.connect(commands.drop_second_model)
+        commands.compared.connect(self._on_compared)
+        commands.compareFailed.connect(self._on_failed)
         self.panel.compareAgain.connect(self.again)
         self.panel.closeRequested.connect(self.close)
         self.panel.textSpanClicked.connect(self.select_span)

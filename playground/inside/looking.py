@@ -30,10 +30,11 @@ class LookingInside(QObject):
     shown = Signal(object)  # for outside observers (tests): the InsideShown the tab now shows
     steerRequested = Signal(object)  # to the worker: Session.steer_heads' scales
 
-    def __init__(self, window, worker, model, busy, show_selected, flush, status):
-        """model() -> the window's model; busy() -> a run or a load goes on; show_selected() puts the selected
-        step (or the next token) back in the chart, as it was before a lens layer took it; flush() brings the
-        view up to date with the steps the worker sent; status(text, error) says something in the status bar."""
+    def __init__(self, window, commands, model, busy, show_selected, flush, status):
+        """commands: the worker's InsideCommands; model() -> the window's model; busy() -> a run or a load goes on;
+        show_selected() puts the selected step (or the next token) back in the chart, as it was before a lens layer
+        took it; flush() brings the view up to date with the steps the worker sent; status(text, error) says
+        something in the status bar."""
         super().__init__(window)
         self.window, self.panel, self.banner = window, window.inside_panel, window.steering_banner
         self.model, self.busy, self.show_selected, self.flush = model, busy, show_selected, flush
@@ -41,15 +42,15 @@ class LookingInside(QObject):
         self.current: InsideShown | None = None
         self._asked: tuple | None = None
         self.scales: tuple = ()  # the session's steered heads, as the worker last said
-        self.lookRequested.connect(worker.inside.look_inside)
-        worker.inside.insideReady.connect(self._on_ready)
+        self.lookRequested.connect(commands.look_inside)
+        commands.insideReady.connect(self._on_ready)
         window.docks.dock(self.panel).visibilityChanged.connect(lambda _shown: self.refresh())
         window.token_view.stepsChanged.connect(lambda _start: self._text_changed())
         self.panel.layerChosen.connect(self.show_layer)
         self.panel.headsSteered.connect(self.steer)
         self.banner.restoreClicked.connect(lambda: self.steer([]))
-        self.steerRequested.connect(worker.inside.steer_heads)
-        worker.inside.headsSteered.connect(self._on_steered)
+        self.steerRequested.connect(commands.steer_heads)
+        commands.headsSteered.connect(self._on_steered)
         self.panel.show_waiting(EMPTY)
 
     def model_changed(self, model) -> None:

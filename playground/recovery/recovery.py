@@ -124,7 +124,7 @@ class Recovery(QObject):
 
     def restore(self) -> None:
         controller = self.controller
-        if controller.running or controller.loading:
+        if controller.running or controller.models.loading:
             self.status("Busy: restore the last session once this run has stopped", error=True)
             return
         trace, notes = _read_saved()
@@ -141,7 +141,7 @@ class Recovery(QObject):
             self._read_only(trace, gone)
             return
         self._pending = ("load", trace)
-        controller.open_model(request.pop("source"), **request)
+        controller.models.open_model(request.pop("source"), **request)
 
     def _model_in(self, model) -> None:
         if self._pending is None or self._pending[0] != "load":
@@ -156,8 +156,8 @@ class Recovery(QObject):
 
     def _replay(self, trace: dict) -> None:
         self._pending = ("replay", trace)
-        self.controller.open_trace(trace)
-        self.controller.replay()
+        self.controller.traces.open_trace(trace)
+        self.controller.traces.replay()
 
     def _message(self, text: str) -> None:
         """The controller's word on the load or the replay a restore waits for."""
@@ -166,7 +166,7 @@ class Recovery(QObject):
         stage, trace = self._pending
         if stage == "load":  # the model could not be opened
             self._read_only(trace, text)
-        elif self.controller.trace_viewed is None:  # replayed: the session is the worker's again
+        elif self.controller.traces.viewed is None:  # replayed: the session is the worker's again
             self._pending = None
             self._show_window_state(trace)
             self.saveWanted.emit(self.window_state())  # the autosave made by the replay, with the controls back
@@ -179,7 +179,7 @@ class Recovery(QObject):
 
     def _read_only(self, trace: dict, why: str) -> None:
         self._pending = None
-        self.controller.open_trace(trace)
+        self.controller.traces.open_trace(trace)
         self.window.replay_action.setEnabled(False)  # its model is not here to replay it
         self.status(f"The last session's model is no longer there ({why}): the session is shown read-only, as "
                     "File > Open trace shows a trace.", error=True)  # fmt: skip

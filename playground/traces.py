@@ -1,0 +1,118 @@
+"""The window's side of traces: a saved run shown token by token (File > Open trace: a trace is data, nothing in it
+runs), Replay (the worker replays it on the model and the view shows the replayed run, with what differed), the
+session's trace made by the worker for export, and a session put back on a reloaded model (its log replayed)."""
+
+from concurrent import futures
+
+from PySide6.QtCore import QObject, Signal
+
+import engine
+
+from .feed import stop_text
+
+TRACE_WAIT_S = 10.0  # the worker makes a trace between two steps: milliseconds, unless it is loading a model
+
+
+class Traces(QObject):
+    replayRequested = Signal(object, int)  # to the worker: (a trace, the request's number)
+    traceWanted = Signal(object, str)  # to the worker: (a Future it fills with the session's trace, "all" or "active")
+
+    def __init__(self, host):
+        """host: the controller (its window, worker, model, known session, feed, comparing, status, reset)."""
+        super().__init__(host)
+        self.host, self.window = host, host.window
+        self.viewed: dict | None = None  # the trace shown (not replayed yet)
+        self._waiting: int | None = None  # the replay request the GUI waits for
+        self._reloaded: int | None = None  # the replay request that puts a session back on a reloaded model
+        self._requests = 0
+        self.replayRequested.connect(host.worker.replay)
+        self.traceWanted.connect(host.worker.make_trace)
+        host.worker.replayed.connect(self._on_replayed)
+
+    @property
+    def replaying(self) -> bool:
+        return self._waiting is not None
+
+    def forget(self) -> None:
+        """A reset: no trace shown, and a replay's result no longer wanted."""
+        self.viewed = self._waiting = None
+
+    def trace(self, branches: str = "all") -> dict:
+        """The session's trace (every branch, or the active one alone), made by the worker between two steps;
+        ValueError when there is none."""
+        if self.host.models.loading:
+            raise ValueError("a model is loading: export once it is in")
+        future = futures.Future()
+        self.traceWanted.emit(future, branches)
+        try:
+            return future.result(timeout=TRACE_WAIT_S)
+        except futures.TimeoutError:  # TimeoutError itself from Python 3.11
+            future.cancel()
+            raise ValueError("the model is busy: export again in a moment") from None
+
+    def open_trace(self, trace: dict) -> None:
+        """Show a saved run token by token (a trace is data: nothing in it runs)."""
+        host, window = self.host, self.window
+        host.reset()
+        self.viewed = trace
+        steps = [engine.Step.from_dict(s) for s in trace["steps"]]
+        window.controls.prompt.setPlainText(trace["prompt"])
+        not_shown = window.controls.set_settings(trace["settings"])
+        if trace["model"]["weights_sha256"] != host.model.weights_sha256:
+            host.feed.use_token_bytes(None)  # its ids are another tokenizer's
+        window.token_view.show_session(trace.get("prompt_text", trace["prompt"]), steps)  # less what healing cut
+        host.comparing.text_changed()
+        window.chart.clear("Trace: click a token to see its distribution")
+        window.stop_reason.setText(f"Trace stopped: {stop_text(trace['stopped'])}")
+        window.replay_action.setEnabled(True)
+        status = f"Viewing a trace of {len(steps)} steps recorded with {trace['model']['name']}. Replay checks it against the model."
+        if not_shown:  # the controls keep to this model's ranges; Replay uses the trace's own settings
+            status += (f" The controls cannot show all of its settings ({'; '.join(not_shown)}): Replay uses the "
+                       "trace's own, Generate what the controls show.")  # fmt: skip
+        host.status(status)
+
+    def replay(self) -> None:
+        if self.viewed is not None and not self.host.running and self._waiting is None:
+            self.host.status("Replaying...")
+            self._send(self.viewed)
+
+    def put_back(self, trace: dict) -> None:
+        """The session of a reloaded model: its trace replayed on it (the status bar says how that went)."""
+        self._reloaded = self._send(trace)
+        self.host.status(f"Putting the session back on the reloaded {self.host.model.name}...")
+
+    def _send(self, trace: dict) -> int:
+        self._requests += 1
+        self._waiting = self._requests
+        self.replayRequested.emit(trace, self._waiting)
+        return self._waiting
+
+    def _on_replayed(self, report, replayed) -> None:
+        """The replayed run replaces the trace in the view, and the status bar and stop label say so: a replay that
+        differs names the first differing numbers (recorded and replayed)."""
+        request, prompt, steps, stopped = replayed
+        host, window = self.host, self.window
+        if request != self._waiting or host.known.discarding:
+            return  # a Reset or another trace came since: this result is no longer wanted
+        self._waiting = self.viewed = None
+        window.replay_action.setEnabled(False)
+        host.feed.pending.clear()
+        window.token_view.show_session(prompt, steps)
+        host.seeding.text_moved()
+        host.comparing.text_changed()
+        reloaded = request == self._reloaded
+        if reloaded:  # the session, put back: its label as any session's
+            window.stop_reason.setText(f"Stopped: {stop_text(stopped)}" if stopped else "")
+        else:
+            window.stop_reason.setText(f"Replayed: {stop_text(stopped)}" if stopped else "Replayed")
+        shown = (f"The view now shows the replayed run ({len(steps)} steps); open the trace again to see the "
+                 "recorded one." if not report.identical else "The view shows the replayed run; Step or Generate "
+                 "carries on from it.")  # fmt: skip
+        notes = " ".join(report.notes)
+        if reloaded:  # another engine or context computes the numbers a little differently: said, not an error
+            stopped = any(note.startswith("replay stopped") for note in report.notes)
+            host.status(f"Reloaded {host.model.name}; the session is back (replayed on it: {report.summary()}). "
+                        f"Step or Generate carries on from it. {notes}".strip(), error=stopped)  # fmt: skip
+        else:
+            host.status(f"Replay: {report.summary()}. {shown} {notes}".strip(), error=not report.identical)
+        host.message.emit(report.summary())
