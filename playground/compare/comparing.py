@@ -9,7 +9,7 @@ the text, is said in the status bar; the first model, its session and any compar
 
 from PySide6.QtCore import QObject, Signal
 
-from ..models.picker import ENGINE_NAMES, model_backend
+from ..engines import ENGINE_NAMES, model_backend
 
 
 def names(first, second) -> tuple[str, str]:

@@ -14,6 +14,7 @@ from PySide6.QtWidgets import QDialog, QFileDialog, QInputDialog
 
 import engine
 
+from ..engines import ENGINE_NAMES, model_backend
 from .prefs import ModelPrefs
 from .settings_dialog import ModelSettingsDialog
 
@@ -24,7 +25,6 @@ STORY_EXAMPLE = "mia has a red ball."
 CHAT_EXAMPLE = "What is the capital of France?"
 TEXT_EXAMPLE = "The quick brown fox"
 EXAMPLE_PROMPTS = {"story model": STORY_EXAMPLE}
-ENGINE_NAMES = {"llama.cpp": "llama.cpp", "numpy": "numpy reference engine"}
 WRITING_FORMAT = "writing the model file (first use), then loading it... %p%"
 
 
@@ -44,13 +44,6 @@ def example_prompt(model) -> str:
     """What the prompt box offers a model before anything is typed."""
     chat = model.capabilities.chat_template
     return EXAMPLE_PROMPTS.get(model.name) or (CHAT_EXAMPLE if chat else TEXT_EXAMPLE)
-
-
-def model_backend(model) -> str | None:
-    """What runs a loaded model: "llama.cpp", "numpy" for a GGUF file in the numpy engine, None otherwise."""
-    if not model.source or model.source.startswith(("http://", "https://")):
-        return None
-    return model.describe().get("backend", "numpy")
 
 
 def _found_entries(found) -> list[Entry]:

@@ -26,7 +26,7 @@ from PySide6.QtCore import QObject, Slot
 
 import engine
 
-from ..models.picker import model_backend
+from ..engines import model_backend
 from .autosave import AUTOSAVE, rotate
 
 
