@@ -10,20 +10,11 @@ Generate). After the model ended the text, or with the context full, they say wh
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from .compare.comparing import Comparing
-from .features import WORKER_COMMANDS
+from .features import WINDOW_SIDES, WORKER_COMMANDS
 from .feed import Feed, stop_text
-from .inside.looking import LookingInside
-from .models.loading import Loading
 from .prompt_check import PromptCheck
-from .recovery.recovery import Recovery
-from .rules.ruling import Ruling
 from .run_speed import speed_text, speed_tip
-from .seeds.seeding import Seeding
 from .session_view import KnownSession
-from .strip.scoring import Scoring
-from .traces import Traces
-from .tree.branches import Branches
 from .worker import LOAD_CANCELLED
 from .worker_thread import WorkerThread
 
@@ -57,20 +48,8 @@ class Controller(QObject):
         self.known = KnownSession()  # the worker's SessionView: the GUI reads the session only through it
         self.feed = Feed(window, running=lambda: self.running)
         self.prompts = PromptCheck(window, model)
-        self.traces = Traces(self)
-        self.models = Loading(self)
-        self.rules = Ruling(self)
-        self.seeding = Seeding(self)
-        self.scoring = Scoring(self)
-        self.comparing = Comparing(window, self.worker.compare, busy=self.busy, status=self.status)
-        self.branches = Branches(window, self.worker, busy=self._tree_busy, settings_here=self.settings_here,
-                                 status=self.status)  # fmt: skip
-        self.inside = LookingInside(window, self.worker.inside, model=lambda: self.model, busy=self.busy,
-                                    show_selected=lambda: self.token_selected(window.token_view.selected),
-                                    flush=lambda: self.flush(), status=self.status)  # fmt: skip
-        self.inside.model_changed(model)
-        self.idle.connect(self.inside.refresh)
-        self.recovery = Recovery(window, self, status=self.status)  # autosave, and the offer after a crash
+        for side in WINDOW_SIDES:  # each feature's GUI side: self.traces, self.models, self.rules, self.branches...
+            setattr(self, side.name, side(self))
         self._preview_timer = QTimer(self, singleShot=True, interval=PREVIEW_DELAY_MS)
         self._preview_timer.timeout.connect(lambda: None if self.running else self.requestPreview.emit())
         self._connect()

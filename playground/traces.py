@@ -17,6 +17,8 @@ class Traces(QObject):
     replayRequested = Signal(object, int)  # to the worker: (a trace, the request's number)
     traceWanted = Signal(object, str)  # to the worker: (a Future it fills with the session's trace, "all" or "active")
 
+    name = "traces"
+
     def __init__(self, host):
         """host: the controller (its window, worker, model, known session, feed, comparing, status, reset)."""
         super().__init__(host)

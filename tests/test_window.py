@@ -397,6 +397,29 @@ CLOSE_WHILE_A_COMMAND_RUNS = textwrap.dedent("""
 """)
 
 
+def test_a_worker_left_running_at_close_gives_the_shared_model_back_once_it_ends(qtbot, story_model, prefs):
+    """Closing stops the model's work at once; a worker thread held past the wait (a native call, a slow disk scan
+    under load) is left running, and once it ends the model works again: a test's shared model, or a model the
+    window was given, is not left refusing every forward pass."""
+    import threading
+    import time
+
+    from PySide6.QtCore import QTimer
+
+    from conftest import shown_window
+
+    window = shown_window(qtbot, story_model, prefs)
+    held, gate = threading.Event(), threading.Event()
+    QTimer.singleShot(0, window.controller.worker, lambda: (held.set(), gate.wait(10)))  # in the worker's thread
+    assert held.wait(5)
+    started = time.monotonic()
+    assert window.controller.threads.shutdown(wait_s=0.05) is False  # left running: the thread is held
+    assert time.monotonic() - started < 1 and story_model.work_stopped
+    gate.set()
+    qtbot.waitUntil(lambda: not story_model.work_stopped, timeout=5000)
+    assert engine.generate(story_model, "ben has a tan mug.", max_new_tokens=3).steps
+
+
 def test_closing_while_a_command_rule_runs_ends_it_within_a_second(tmp_path):
     result = subprocess.run([sys.executable, "-c", CLOSE_WHILE_A_COMMAND_RUNS, str(tmp_path / "p.ini")],
                             capture_output=True, text=True, timeout=60)  # fmt: skip

@@ -27,12 +27,14 @@ class Comparing(QObject):
     shown = Signal(object)  # for outside observers (tests): the engine.Comparison the panel now shows
     failed = Signal(str)  # for outside observers: why a comparison could not be made (said in the status bar)
 
-    def __init__(self, window, commands, busy, status):
-        """commands: the worker's CompareCommands."""
-        super().__init__(window)
+    name = "comparing"
+
+    def __init__(self, host):
+        """host: the controller (its window, worker; busy(): a run or a load goes on; status(text, error))."""
+        super().__init__(host)
+        window, commands = host.window, host.worker.compare
         self.window, self.panel, self.view = window, window.comparison_panel, window.token_view
-        self.busy = busy  # a run or a load in progress: the worker is not free
-        self.status = status  # (text, error=False)
+        self.busy, self.status = host.busy, host.status
         self.second_name: str | None = None  # the second model, once one compared
         self._in_flight = False
         self._again = False  # the text changed while a comparison was being made

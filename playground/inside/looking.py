@@ -30,15 +30,17 @@ class LookingInside(QObject):
     shown = Signal(object)  # for outside observers (tests): the InsideShown the tab now shows
     steerRequested = Signal(object)  # to the worker: Session.steer_heads' scales
 
-    def __init__(self, window, commands, model, busy, show_selected, flush, status):
-        """commands: the worker's InsideCommands; model() -> the window's model; busy() -> a run or a load goes on;
-        show_selected() puts the selected step (or the next token) back in the chart, as it was before a lens layer
-        took it; flush() brings the view up to date with the steps the worker sent; status(text, error) says
-        something in the status bar."""
-        super().__init__(window)
+    name = "inside"
+
+    def __init__(self, host):
+        """host: the controller: its window, worker and model; busy() -> a run or a load goes on; flush() brings
+        the view up to date with the steps the worker sent; token_selected(index) puts the selected step (or the
+        next token) back in the chart, as it was before a lens layer took it; status(text, error)."""
+        super().__init__(host)
+        window, commands = host.window, host.worker.inside
         self.window, self.panel, self.banner = window, window.inside_panel, window.steering_banner
-        self.model, self.busy, self.show_selected, self.flush = model, busy, show_selected, flush
-        self.status = status
+        self.model, self.busy, self.flush, self.status = (lambda: host.model), host.busy, host.flush, host.status
+        self.show_selected = lambda: host.token_selected(window.token_view.selected)
         self.current: InsideShown | None = None
         self._asked: tuple | None = None
         self.scales: tuple = ()  # the session's steered heads, as the worker last said
@@ -51,7 +53,10 @@ class LookingInside(QObject):
         self.banner.restoreClicked.connect(lambda: self.steer([]))
         self.steerRequested.connect(commands.steer_heads)
         commands.headsSteered.connect(self._on_steered)
+        host.idle.connect(self.refresh)
+        host.modelChanged.connect(self.model_changed)
         self.panel.show_waiting(EMPTY)
+        self.model_changed(host.model)
 
     def model_changed(self, model) -> None:
         self._forget(EMPTY)

@@ -14,6 +14,8 @@ class Loading(QObject):
     loadRequested = Signal(object)  # to the worker: {"source": ..., and engine.load_model's options}
     findRequested = Signal(object)  # to the worker: the recent files, for its discovery
 
+    name = "models"
+
     def __init__(self, host):
         """host: the controller (its window, worker, model, known session, traces, status, reset)."""
         super().__init__(host)
@@ -102,7 +104,6 @@ class Loading(QObject):
         host.reset()
         self.picker.model_loaded(model, previous)
         window.restore_settings(model, or_last_used=False)
-        host.inside.model_changed(model)
         self.findRequested.emit(self.picker.prefs.recent())  # the file just opened is now a recent one
         host.check_prompt()
         vocab = f"{model.vocab_size:,} tokens" if model.vocab_size else "the server's tokenizer"

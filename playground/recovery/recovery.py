@@ -49,8 +49,11 @@ class Recovery(QObject):
     writeFailed = Signal(str)  # from the writer's thread
     restored = Signal(bool)  # for observers (tests): True: the session is back; False: it opened read-only
 
-    def __init__(self, window, controller, status):
+    name = "recovery"
+
+    def __init__(self, controller):
         super().__init__(controller)
+        window, status = controller.window, controller.status
         self.window, self.controller, self.status = window, controller, status
         self.banner: RecoveryBanner = window.recovery_banner
         self.marker = RunningMarker()

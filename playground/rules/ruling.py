@@ -10,6 +10,8 @@ from .skipped import SkippedCommands
 class Ruling(QObject):
     rulesSent = Signal(object)  # to the worker: the rules now in force (unchanged ones log nothing)
 
+    name = "rules"
+
     def __init__(self, host):
         """host: the controller (its window, worker, model, known session, traces, status, feed)."""
         super().__init__(host)

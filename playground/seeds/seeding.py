@@ -15,6 +15,8 @@ class Seeding(QObject):
     runRequested = Signal(object)  # to the worker: {"count": N, "settings": the controls' settings, "at": ...}
     shown = Signal(object)  # for outside observers: the engine.SeedRun the Seeds tab shows
 
+    name = "seeding"
+
     def __init__(self, host):
         """host: the controller (its window, worker, settings_here, status)."""
         super().__init__(host)

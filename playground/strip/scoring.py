@@ -12,6 +12,8 @@ class Scoring(QObject):
     textScored = Signal(object)  # for outside observers: the engine.ScoreResult shown
     promptScored = Signal(object)  # for outside observers: the session's prompt scored (None: it could not be)
 
+    name = "scoring"
+
     def __init__(self, host):
         """host: the controller (its window, worker, model, known session, status, reset)."""
         super().__init__(host)

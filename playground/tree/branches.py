@@ -24,13 +24,16 @@ class Branches(QObject):
     undoRequested = Signal()
     expanded = Signal(object)  # for outside observers: the engine.ExpandResult just shown
 
-    def __init__(self, window, worker, busy, settings_here, status):
-        """busy() -> why the worker cannot take a tree command now, or None; settings_here() -> (the controls'
+    name = "branches"
+
+    def __init__(self, host):
+        """host: the controller (its window, worker, known session, traces; settings_here() -> (the controls'
         settings, once the session is the one the prompt box shows (None: the prompt is not ready); whether it
-        started a new session for that)."""
-        super().__init__(window)
-        self.window, self.panel = window, window.tree_panel
-        self.busy, self.settings_here, self.status = busy, settings_here, status
+        started a new session for that); status(text, error))."""
+        super().__init__(host)
+        window, worker = host.window, host.worker
+        self.host, self.window, self.panel = host, window, window.tree_panel
+        self.settings_here, self.status = host.settings_here, host.status
         self.expanding = False
         self._greedy_chain = False  # the expansion running is under a chain that keeps one token per node
         self.dialog: BranchCompare | None = None
@@ -58,6 +61,15 @@ class Branches(QObject):
         self.undo_action.setToolTip("take back the last delete, name or pin in the Tree tab (steps are not undone)")
         self.undo_action.triggered.connect(lambda: self._edit(self.undoRequested))
         edit_menu(window).addAction(self.undo_action)
+
+    def busy(self) -> str | None:
+        """Why the tree cannot be changed now, or None."""
+        host = self.host
+        if host.running:
+            return "Busy"
+        if host.traces.replaying or not host.known.exists or host.traces.viewed is not None:
+            return "No branches here yet: generate or step first"
+        return None
 
     def goto(self, node_id: int) -> None:
         """A node of the Tree tab: its branch becomes the text (the worker puts it back; the view redraws)."""
