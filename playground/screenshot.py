@@ -2,12 +2,11 @@
 
     python -m playground.screenshot OUT.png [story|smollm2] [1360x820] [--view tree|inside|compare] [--backend numpy]
 
-The story model writes greedily with rules in place; the step where the model's own distribution is widest
-is selected. A view is then taken as a person would, through the window's menus, docks and buttons:
-- tree: the text written again up to that step, the tree expanded from there under the raw model;
-- inside: the Inside dock over the chart at the selected token (a GGUF file: --backend numpy);
-- compare: File > Compare with a second model, the first SmolLM2 line the picker offers that is not the
-  model in use (SmolLM2 on llama.cpp: the same file on numpy)."""
+The story model writes greedily with rules in place, and the step where its distribution is widest is selected.
+A view is then taken as a person would, through the window's menus, docks and buttons: tree (the text written
+again up to that step, the tree expanded there under the raw model), inside (the Inside dock at the selected
+token; a GGUF file: --backend numpy), compare (File > Compare with a second model: the first SmolLM2 line the
+picker offers that is not the model in use)."""
 
 import argparse
 import os
@@ -17,10 +16,10 @@ from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from PySide6.QtCore import QSettings, Qt, QTimer  # noqa: E402
+from PySide6.QtCore import QBuffer, QSettings, Qt, QTimer  # noqa: E402
 from PySide6.QtGui import QAction  # noqa: E402
 from PySide6.QtTest import QTest  # noqa: E402
-from PySide6.QtWidgets import QApplication, QInputDialog, QTreeWidgetItemIterator  # noqa: E402
+from PySide6.QtWidgets import QApplication, QInputDialog  # noqa: E402
 
 import engine  # noqa: E402
 
@@ -71,15 +70,13 @@ def enlarge(window, panel, beside: str = "stripDock", width_share: float = 0.5) 
     their height) and width_share of the width, the dock beside it the rest, as a person drags the edges."""
     window.show_panel(panel)
     dock, other = window.docks.dock(panel), window.docks.by_name[beside]
-    room = window.height() - window.controls.sizeHint().height() - 3 * window.menuBar().height()
+    width, room = window.width(), window.height() - window.controls.sizeHint().height() - 3 * window.menuBar().height()
     window.resizeDocks([dock], [room], Qt.Orientation.Vertical)
-    width = window.width()
     window.resizeDocks([other, dock], [width // 6, int(width * width_share)], Qt.Orientation.Horizontal)
 
 
 def take_tree(window, timeout_s: float) -> None:
-    """The text written again up to its widest choice, the tree expanded from there under the raw model, and
-    the second expanded branch walked into."""
+    """The text again up to its widest choice, the tree expanded there under the raw model, a branch walked into."""
     window.controls.max_tokens.setValue(widest_step(window))
     window.controls.reset.click()
     wait_signal(window.controller.runFinished, window.controller.generate, "write it again", timeout_s)
@@ -93,25 +90,26 @@ def take_tree(window, timeout_s: float) -> None:
     wait_for(lambda: not window.controller.running, "finish expanding", timeout_s)
     panel.tree.expandAll()
     QTest.qWait(300)
-    leaves = QTreeWidgetItemIterator(panel.tree, QTreeWidgetItemIterator.IteratorFlag.NoChildren)
-    leaves += 1  # the second branch
-    at = panel.tree.visualItemRect(leaves.value()).center()
+    second = panel.tree.topLevelItem(0).child(0).child(1)  # (prompt) > the text so far > its second branch
+    at = panel.tree.visualItemRect(second).center()
     click = lambda: QTest.mouseClick(panel.tree.viewport(), Qt.MouseButton.LeftButton, pos=at)  # noqa: E731
     wait_signal(window.controller.idle, click, "walk into a branch", timeout_s)
 
 
 def take_inside(window, timeout_s: float) -> None:
-    """The Inside dock stacked over the chart (the whole height, as a person drags it onto the chart's tab) at
-    the selected token; on the story model, its colour-copying head where it writes the colour again."""
+    """The Inside dock at the selected token, over the chart (its whole height) where the text keeps its room, else
+    under the text; on the story model, the head that copies the colour where it writes the colour again."""
     if not window.model.capabilities.inside:
         raise ValueError(f"{window.model.name} on this engine has no layers to show: use --backend numpy")
-    panel, docks = window.inside_panel, window.docks.by_name
+    panel, dock = window.inside_panel, window.docks.by_name["insideDock"]
     if window.model.name == STORY:
-        colours = [i for i, step in enumerate(window.token_view.steps()) if step.token == STORY_COLOUR]
-        window.token_view.click_step(colours[-1])
-    window.tabifyDockWidget(docks["chartDock"], docks["insideDock"])
-    window.resizeDocks([docks["insideDock"]], [window.width() * 9 // 20], Qt.Orientation.Horizontal)
-    wait_signal(window.controller.inside.shown, lambda: window.show_panel(panel), "look inside", timeout_s)
+        window.token_view.click_step(max(i for i, s in enumerate(window.token_view.steps()) if s.token == STORY_COLOUR))
+    beside_text = window.centralWidget().minimumSizeHint().width() + dock.minimumSizeHint().width()
+    if over_chart := beside_text < window.width() * 0.95:  # as a person drags it onto the chart's tab
+        window.tabifyDockWidget(window.docks.by_name["chartDock"], dock)
+        window.resizeDocks([dock], [window.width() * 9 // 20], Qt.Orientation.Horizontal)
+    show = (lambda: window.show_panel(panel)) if over_chart else (lambda: enlarge(window, panel))
+    wait_signal(window.controller.inside.shown, show, "look inside", timeout_s)
     layer, head = STORY_HEAD if window.model.name == STORY else (panel.layer_combo.count() // 2, 0)
     panel.layer_combo.setCurrentIndex(layer)
     panel.head_combo.setCurrentIndex(head + 1)  # (0 is the mean of the heads)
@@ -171,9 +169,11 @@ def render(path: Path, model_name: str | None = None, timeout_s: float = 120, si
             TAKE[view](window, timeout_s)
         QTest.qWait(500)
         window.chart.flush()
+        png = QBuffer()
+        if not window.grab().save(png, "PNG"):
+            raise OSError(f"could not make the picture for {path}")
         path.parent.mkdir(parents=True, exist_ok=True)
-        if not window.grab().save(str(path)):
-            raise OSError(f"could not write {path}")
+        engine.atomic_write_bytes(path, png.data().data())
     finally:
         window.close()
         app.processEvents()
