@@ -16,10 +16,10 @@ from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from PySide6.QtCore import QBuffer, QSettings, Qt, QTimer  # noqa: E402
+from PySide6.QtCore import QBuffer, QEventLoop, QSettings, Qt, QTimer  # noqa: E402
 from PySide6.QtGui import QAction  # noqa: E402
 from PySide6.QtTest import QTest  # noqa: E402
-from PySide6.QtWidgets import QApplication, QInputDialog  # noqa: E402
+from PySide6.QtWidgets import QApplication  # noqa: E402
 
 import engine  # noqa: E402
 
@@ -35,7 +35,14 @@ def wait_for(ready, what: str, timeout_s: float) -> None:
     while not ready():
         if time.monotonic() > end:
             raise RuntimeError(f"the window did not {what} in {timeout_s:.0f} s")
-        QTest.qWait(10)
+        QApplication.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 50)
+        time.sleep(0.01)  # the GIL free for the worker (QTest.qWait keeps it: a model in Python runs 6x slower)
+
+
+def pause(ms: int) -> None:
+    """Let the window lay out and paint, and the worker run, for ms milliseconds."""
+    end = time.monotonic() + ms / 1000
+    wait_for(lambda: time.monotonic() > end, "pause", ms)
 
 
 def wait_signal(signal, start, what: str, timeout_s: float):
@@ -89,7 +96,7 @@ def take_tree(window, timeout_s: float) -> None:
     wait_signal(window.controller.branches.expanded, controls.expand_button.click, "expand", timeout_s)
     wait_for(lambda: not window.controller.running, "finish expanding", timeout_s)
     panel.tree.expandAll()
-    QTest.qWait(300)
+    pause(300)
     second = panel.tree.topLevelItem(0).child(0).child(1)  # (prompt) > the text so far > its second branch
     at = panel.tree.visualItemRect(second).center()
     click = lambda: QTest.mouseClick(panel.tree.viewport(), Qt.MouseButton.LeftButton, pos=at)  # noqa: E731
@@ -113,7 +120,7 @@ def take_inside(window, timeout_s: float) -> None:
     layer, head = STORY_HEAD if window.model.name == STORY else (panel.layer_combo.count() // 2, 0)
     panel.layer_combo.setCurrentIndex(layer)
     panel.head_combo.setCurrentIndex(head + 1)  # (0 is the mean of the heads)
-    QTest.qWait(300)
+    pause(300)
     attention = panel.split.widget(1).minimumSizeHint().height()  # the splitter's handle dragged up to it
     panel.split.setSizes([max(sum(panel.split.sizes()) - attention, 120), attention])
 
@@ -121,22 +128,16 @@ def take_inside(window, timeout_s: float) -> None:
 def take_compare(window, timeout_s: float) -> None:
     picker = window.controller.picker
     wait_for(lambda: second_model(picker) is not None, "find SmolLM2 among the models", timeout_s)
-    answer(second_model(picker))
+
+    def choose() -> None:  # in the dialog's own event loop, once it is open: that line, then OK
+        QApplication.activeModalWidget().setTextValue(second_model(picker))
+        QApplication.activeModalWidget().accept()
+
+    QTimer.singleShot(0, choose)
     compare = window.findChild(QAction, "compareModelAction").trigger
     wait_signal(window.controller.comparing.shown, compare, "compare", timeout_s)
-    docks = window.docks.by_name
-    window.tabifyDockWidget(docks["rulesDock"], docks["compareDock"])  # over the Rules, beside the strip
+    window.tabifyDockWidget(window.docks.by_name["rulesDock"], window.docks.dock(window.comparison_panel))
     enlarge(window, window.comparison_panel, width_share=0.55)
-
-
-def answer(label: str) -> None:
-    """Once the dialog asking for a model is open, choose this line and press OK."""
-    dialog = QApplication.activeModalWidget()
-    if not isinstance(dialog, QInputDialog):
-        QTimer.singleShot(20, lambda: answer(label))
-        return
-    dialog.setTextValue(label)
-    dialog.accept()
 
 
 def second_model(picker) -> str | None:
@@ -155,19 +156,18 @@ def render(path: Path, model_name: str | None = None, timeout_s: float = 120, si
         raise ValueError(f"view {view!r} is not one of {', '.join(VIEWS)}")
     app = QApplication.instance() or QApplication([])
     prefs = QSettings(str(Path(tempfile.mkdtemp()) / "screenshot.ini"), QSettings.Format.IniFormat)
-    model = engine.load_model(model_name, backend=backend) if model_name else None
-    window = MainWindow(model=model, settings=prefs)
+    window = MainWindow(model=engine.load_model(model_name, backend=backend) if model_name else None, settings=prefs)
     try:
         window.resize(*size)
         window.docks.reset_layout()  # the default layout, laid out for this size
         set_up(window, model_name)
         window.show()
-        QTest.qWait(300)
+        pause(300)
         wait_signal(window.controller.runFinished, window.controller.generate, "finish generating", timeout_s)
         window.token_view.click_step(widest_step(window))
         if view != "default":
             TAKE[view](window, timeout_s)
-        QTest.qWait(500)
+        pause(500)
         window.chart.flush()
         png = QBuffer()
         if not window.grab().save(png, "PNG"):
