@@ -11,6 +11,7 @@ from PySide6.QtWidgets import (
     QDockWidget,
     QLabel,
     QLineEdit,
+    QScrollArea,
     QStyle,
     QStyleOptionComboBox,
 )
@@ -219,3 +220,19 @@ def test_a_long_model_name_is_elided_in_the_middle_and_whole_in_the_tooltip_and_
     assert picker.view().viewport().width() >= picker.view().sizeHintForColumn(0)
     picker.hidePopup()
     win.close()
+
+
+def test_the_inside_dock_scrolls_its_numbers_under_a_title_that_stays(qtbot, window):
+    settle(qtbot, window, QSize(1024, 700))
+    generate(qtbot, window)
+    with qtbot.waitSignal(window.controller.inside.shown, timeout=20000):
+        window.show_panel(window.inside_panel)
+    qtbot.wait(30)
+    around, parent = [], window.inside_panel.parentWidget()
+    while parent is not None:
+        around += [parent] if isinstance(parent, QScrollArea) else []
+        parent = parent.parentWidget()
+    assert [area.objectName() for area in around if area.verticalScrollBar().maximum() > 0] == []
+    inner = window.inside_panel.findChild(QScrollArea, "insideScroll")
+    assert inner.verticalScrollBar().maximum() > 0  # the numbers scroll, under the title
+    assert seen(window.inside_panel.title)
