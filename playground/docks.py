@@ -21,7 +21,7 @@ DOCKS = (
     ("seedsDock", "Seeds", "seeds_panel", "Many seeds from where the text is: what they write, how often", True),
     ("treeDock", "Tree", "tree_panel", "Every branch of the text: click a row to make its branch the text", True),
     ("insideDock", "Inside", "inside_panel", "Inside the model at the selected token: what each layer would "
-     "predict (logit lens) and where each head looks (attention)", True),
+     "predict (logit lens) and where each head looks (attention)", False),
     ("compareDock", "Compare", "comparison_panel", "Two models, token by token", False),
     ("stripDock", "Uncertainty", "uncertainty_strip", "How unsure the model was at each step", False),
 )  # fmt: skip

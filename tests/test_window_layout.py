@@ -11,12 +11,15 @@ from PySide6.QtWidgets import (
     QDockWidget,
     QLabel,
     QLineEdit,
+    QScrollArea,
     QStyle,
     QStyleOptionComboBox,
 )
 from test_window import generate, step
 
+import engine
 from playground import MainWindow
+from playground.widgets.eliding_combo import ElidingComboBox
 
 DOCKS = ("chartDock", "samplersDock", "rulesDock", "seedsDock", "treeDock", "insideDock", "compareDock", "stripDock")
 SIZES = (QSize(1024, 700), QSize(1600, 1000))
@@ -34,7 +37,11 @@ def seen(widget) -> bool:
 
 
 def combo_need(combo: QComboBox) -> int:
-    """The width that shows the combo box's current text whole (its sizeHint may be a few characters')."""
+    """The width that shows the combo box's current text whole (its sizeHint may be a few characters'); for a
+    combo box that elides its text in the middle, its sizeHint (the whole text is in its tooltip)."""
+    if isinstance(combo, ElidingComboBox):
+        assert combo.currentText() in combo.toolTip()
+        return combo.sizeHint().width()
     option = QStyleOptionComboBox()
     combo.initStyleOption(option)
     text = QSize(combo.fontMetrics().horizontalAdvance(combo.currentText()), combo.fontMetrics().height())
@@ -85,7 +92,7 @@ def test_nothing_is_clipped_in_the_default_layout_nor_with_any_dock_in_front(qtb
     assert clipped(window) == []
     for name in DOCKS:
         shown = dock(window, name)
-        window.show_panel(shown.widget() if name in ("chartDock", "compareDock", "stripDock", "samplersDock")
+        window.show_panel(shown.widget() if name in ("chartDock", "compareDock", "stripDock", "samplersDock", "insideDock")
                           else shown.widget().widget())  # fmt: skip
         qtbot.wait(30)
         assert seen(shown) and window.size() == size, name
@@ -179,3 +186,53 @@ def test_the_charts_value_beside_a_full_bar_is_whole_in_the_narrow_default_chart
     qtbot.wait(30)
     assert window.chart.value_texts()[0] == "0.999"
     assert cut_chart_labels(window.chart) == []
+
+
+LONG_NAME = "Meta-Llama-3.1-8B-Instruct-abliterated-uncensored-imatrix-calibrated.Q4_K_M.gguf"
+
+
+@pytest.fixture(scope="module")
+def long_named_model(tmp_path_factory):
+    """SmolLM2 on llama.cpp, opened from a file with a long name (a link to the package's file)."""
+    pytest.importorskip("llama_cpp")
+    link = tmp_path_factory.mktemp("models") / LONG_NAME
+    link.symlink_to(engine.smollm2_path())
+    model = engine.load_model(str(link), backend="llama.cpp", threads=1, context_length=512)
+    yield model
+    model.close()
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s.width()}x{s.height()}")
+def test_a_long_model_name_is_elided_in_the_middle_and_whole_in_the_tooltip_and_the_list(qtbot, long_named_model,
+                                                                                         prefs, size):  # fmt: skip
+    win = shown_window(qtbot, long_named_model, prefs)
+    settle(qtbot, win, size)
+    picker = win.controls.model_picker
+    whole = f"{LONG_NAME} — llama.cpp"
+    assert picker.currentText() == whole
+    assert clipped(win) == []
+    assert picker.width() >= picker.sizeHint().width()
+    shown = picker.shown_text()  # as painted: its start and its engine stay
+    assert shown.startswith("Meta-Llama") and shown.endswith("llama.cpp") and "…" in shown
+    assert whole in picker.toolTip()
+    picker.showPopup()  # the list shows each line whole
+    qtbot.waitUntil(lambda: picker.view().isVisible())
+    assert picker.view().viewport().width() >= picker.view().sizeHintForColumn(0)
+    picker.hidePopup()
+    win.close()
+
+
+def test_the_inside_dock_scrolls_its_numbers_under_a_title_that_stays(qtbot, window):
+    settle(qtbot, window, QSize(1024, 700))
+    generate(qtbot, window)
+    with qtbot.waitSignal(window.controller.inside.shown, timeout=20000):
+        window.show_panel(window.inside_panel)
+    qtbot.wait(30)
+    around, parent = [], window.inside_panel.parentWidget()
+    while parent is not None:
+        around += [parent] if isinstance(parent, QScrollArea) else []
+        parent = parent.parentWidget()
+    assert [area.objectName() for area in around if area.verticalScrollBar().maximum() > 0] == []
+    inner = window.inside_panel.findChild(QScrollArea, "insideScroll")
+    assert inner.verticalScrollBar().maximum() > 0  # the numbers scroll, under the title
+    assert seen(window.inside_panel.title)

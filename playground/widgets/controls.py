@@ -10,7 +10,6 @@ from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
     QCheckBox,
-    QComboBox,
     QDoubleSpinBox,
     QGridLayout,
     QHBoxLayout,
@@ -30,6 +29,7 @@ import engine
 from engine import MAX_SEED, MAX_TEMPERATURE
 
 from ..samplers.panel import SamplerPanel
+from .eliding_combo import ElidingComboBox
 
 SLIDER_TEMPERATURE = 5.0  # the slider covers the useful range; the spin box takes the engine's whole range
 SETTING_LABELS = {"max_new_tokens": "max new tokens", "temperature": "temperature", "top_k": "top-k",
@@ -75,10 +75,10 @@ class Controls(QWidget):
 
     def __init__(self, vocab_size: int, context_length: int, parent=None):
         super().__init__(parent)
-        self.model_picker = QComboBox(objectName="modelPicker")
-        self.model_picker.setToolTip(
+        self.model_picker = ElidingComboBox(
             "The model to run: the built-in story model, a GGUF file found on this computer (with the engine that "
-            "runs it), any GGUF file, or a server"
+            "runs it), any GGUF file, or a server",
+            objectName="modelPicker",
         )
         self.model_settings = QPushButton("Settings...", objectName="modelSettingsButton")
         self.model_settings.setToolTip("How the model's file is opened: engine, context size, CPU threads, GPU layers")
