@@ -404,9 +404,8 @@ def test_a_worker_left_running_at_close_gives_the_shared_model_back_once_it_ends
     import threading
     import time
 
-    from PySide6.QtCore import QTimer
-
     from conftest import shown_window
+    from PySide6.QtCore import QTimer
 
     window = shown_window(qtbot, story_model, prefs)
     held, gate = threading.Event(), threading.Event()
