@@ -21,7 +21,7 @@ from test_window import WAIT, child, click_bar, generate, step
 
 import engine
 from playground import MainWindow
-from playground.samplers.panel import bias_text, breakers_text, parse_bias, parse_breakers
+from playground.samplers.parse import bias_text, breakers_text, parse_bias, parse_breakers
 
 SPIN_NAMES = {"repeat_penalty": "repeatPenaltyBox", "presence_penalty": "presencePenaltyBox",
               "frequency_penalty": "frequencyPenaltyBox", "repeat_last_n": "repeatLastNBox",

@@ -135,7 +135,7 @@ class HeadMap(QWidget):
             levels = (0.0, 1.0) if scaled else (float(values.min()), max(float(values.max()), 1e-6))
         self.image.setImage(self._image, levels=levels)
         self.colour_bar.setLevels(levels)
-        unit = "within each layer" if scaled else UNITS[self.statistic.currentText()]
+        unit = "per layer" if scaled else UNITS[self.statistic.currentText()]
         self.colour_bar.axis.setLabel(unit)
         self._axes(layers, heads, positions)
 

@@ -8,13 +8,10 @@ message, and `problem()` says so (the controls then keep Generate off). A stage 
 shows greyed in the order list: it does not run."""
 
 import math
-import re
 
-from PySide6.QtCore import QMimeData, Qt, Signal
-from PySide6.QtGui import QFont, QPalette, QValidator
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QFont, QPalette
 from PySide6.QtWidgets import (
-    QAbstractItemView,
-    QAbstractSpinBox,
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
@@ -22,11 +19,9 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
-    QListWidget,
     QListWidgetItem,
     QPlainTextEdit,
     QPushButton,
-    QSpinBox,
     QVBoxLayout,
     QWidget,
 )  # fmt: skip
@@ -34,239 +29,22 @@ from PySide6.QtWidgets import (
 import engine
 
 from ..widgets.chart import stage_label
+from .parse import (
+    GRAMMAR_EXAMPLES,
+    GRAMMAR_SHOWN,
+    LABELS,
+    SPINS,
+    bias_pairs,
+    bias_text,
+    breakers_text,
+    cut,
+    parse_bias,
+    parse_breakers,
+)  # fmt: skip
+from .spins import SpecialDoubleSpin, SpecialIntSpin, StageList
 
 DEFAULTS = engine.Settings()
-PENALTY_RANGE = 100.0  # repeat, presence and frequency penalties, DRY's multiplier: far past any useful value
-MAX_LAST_N = 1_000_000  # tokens the penalties and DRY look back (-1: the whole text): past any context
-SPIN_WIDTH = 64  # the narrowest a spin box gets ("0.10", "all", "off" and the arrows)
-STAGE_MIME = "application/x-token-playground-stage"
 ERROR_COLOR = "#e74c3c"
-GRAMMAR_SHOWN = 40  # characters of a grammar the report of what the controls cannot show quotes
-BAN_WORDS = ("ban", "-inf", "-infinity")
-# what the controls report of a setting they cannot show exactly ("repeat penalty 500 shown as 100")
-LABELS = {"repeat_penalty": "repeat penalty", "presence_penalty": "presence penalty",
-          "frequency_penalty": "frequency penalty", "repeat_last_n": "penalty last n",
-          "dry_multiplier": "DRY multiplier", "dry_base": "DRY base", "dry_allowed_length": "DRY allowed length",
-          "dry_last_n": "DRY last n", "dry_sequence_breakers": "DRY breakers", "xtc_probability": "XTC probability",
-          "xtc_threshold": "XTC threshold", "typical_p": "typical-p", "top_n_sigma": "top-n-σ",
-          "logit_bias": "logit bias", "samplers": "order", "heal": "token healing", "grammar": "grammar"}  # fmt: skip
-# GBNF examples for the grammar field (llama.cpp's grammar format)
-GRAMMAR_EXAMPLES = {
-    "JSON object": r"""root   ::= object
-object ::= "{" ws ( string ":" ws value ( "," ws string ":" ws value )* )? "}" ws
-value  ::= object | array | string | number | ("true" | "false" | "null") ws
-array  ::= "[" ws ( value ( "," ws value )* )? "]" ws
-string ::= "\"" ( [^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}) )* "\"" ws
-number ::= ("-"? ([0-9] | [1-9] [0-9]*)) ("." [0-9]+)? ([eE] [-+]? [0-9]+)? ws
-ws     ::= [ \t\n]{0,20}""",
-    "yes or no": 'root ::= ("yes" | "no") "."',
-    "a date (YYYY-MM-DD)": 'root ::= [0-9]{4} "-" ( "0" [1-9] | "1" [0-2] ) "-" ( [0-2] [0-9] | "3" [01] )',
-}
-# each spin box: setting, objectName, range, decimals (0: an int), step, the words shown for values, tooltip
-SPINS = (
-    ("repeat_penalty", "repeatPenaltyBox", 0.01, PENALTY_RANGE, 2, 0.05, {1.0: "off"},
-     "repetition penalty: the scores of tokens in the last n are divided by it (multiplied where negative); 1 is "
-     "off, above 1 repeats less"),
-    ("presence_penalty", "presencePenaltyBox", -PENALTY_RANGE, PENALTY_RANGE, 2, 0.1, {0.0: "off"},
-     "subtracted once from the score of each token in the last n; 0 is off"),
-    ("frequency_penalty", "frequencyPenaltyBox", -PENALTY_RANGE, PENALTY_RANGE, 2, 0.1, {0.0: "off"},
-     "subtracted from a token's score once per time it occurs in the last n; 0 is off"),
-    ("repeat_last_n", "repeatLastNBox", -1, MAX_LAST_N, 0, 1, {-1: "all", 0: "off"},
-     "how many of the last tokens (prompt included) the penalties look at; all: the whole text, off: none"),
-    ("dry_multiplier", "dryMultiplierBox", 0.0, PENALTY_RANGE, 2, 0.1, {0.0: "off"},
-     "DRY (don't repeat yourself): how hard a token that would continue a repeat is penalised; 0 is off"),
-    ("dry_base", "dryBaseBox", 1.0, 100.0, 2, 0.05, {},
-     "DRY's penalty grows as multiplier × base ^ (repeat length - allowed length)"),
-    ("dry_allowed_length", "dryAllowedLengthBox", 1, 1000, 0, 1, {}, "repeats up to this many tokens long go unpenalised"),
-    ("dry_last_n", "dryLastNBox", -1, MAX_LAST_N, 0, 1, {-1: "all", 0: "off"},
-     "how many of the last tokens DRY looks at; all: the whole text, off: none"),
-    ("xtc_probability", "xtcProbabilityBox", 0.0, 1.0, 2, 0.05, {0.0: "off"},
-     "XTC (exclude top choices): the chance it acts at a step; 0 is off"),
-    ("xtc_threshold", "xtcThresholdBox", 0.0, 1.0, 2, 0.01, {},
-     "XTC removes every token above this probability but the least likely of them (above 0.5: it never acts)"),
-    ("typical_p", "typicalPBox", 0.0, 1.0, 2, 0.05, {0.0: "off"},
-     "locally typical sampling: keep the tokens closest to the expected surprise, up to this much probability; "
-     "off (or 1) keeps all"),
-    ("top_n_sigma", "topNSigmaBox", 0.0, 1000.0, 2, 0.1, {0.0: "off"},
-     "keep the tokens whose scores are within n standard deviations of the best; off keeps all"),
-)  # fmt: skip
-_ESCAPES = {"n": "\n", "t": "\t", "s": " ", ",": ",", "\\": "\\"}
-
-
-# --- text forms ----------------------------------------------------------------------------------------------
-def breakers_text(breakers) -> str:
-    """DRY's breakers as the field shows them: comma-separated, with \\n, \\t, \\, and \\\\, and \\s for a
-    space at either end of one (parse_breakers reads it back)."""
-    return ", ".join(_escaped(b) for b in breakers)
-
-
-def _escaped(breaker: str) -> str:
-    text = breaker.replace("\\", "\\\\").replace(",", "\\,").replace("\n", "\\n").replace("\t", "\\t")
-    core = text.strip(" ")
-    if not core:
-        return "\\s" * len(text)
-    start = text.index(core)
-    return "\\s" * start + core + "\\s" * (len(text) - start - len(core))
-
-
-def parse_breakers(text: str) -> list[str]:
-    """The field's text -> the breakers: separated by commas (or newlines), the spaces around each dropped
-    (an escaped space, \\s, stays), empty ones left out."""
-    items, current, chars = [], [], iter(text)
-    for char in chars:
-        if char == "\\":
-            following = next(chars, "")
-            current.append((_ESCAPES.get(following, "\\" + following), True))
-        elif char in ",\n":
-            items.append(current)
-            current = []
-        else:
-            current.append((char, False))
-    items.append(current)
-    breakers = []
-    for item in items:
-        while item and item[0] == (" ", False):
-            item = item[1:]
-        while item and item[-1] == (" ", False):
-            item = item[:-1]
-        if item:
-            breakers.append("".join(part for part, _escaped in item))
-    return breakers
-
-
-def _number_text(value: float) -> str:
-    """A bias as short as it reads exactly (float(text) gives it back)."""
-    return str(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
-
-
-def bias_text(pairs) -> str:
-    """(id, bias) pairs (bias None or -inf: banned) -> "15:-2.5, 42:ban"."""
-    return ", ".join(f"{i}:{'ban' if b is None or b == -math.inf else _number_text(float(b))}" for i, b in pairs)
-
-
-def parse_bias(text: str) -> list:
-    """ "15:-2.5, 42:ban" -> [[15, -2.5], [42, None]] (None bans); ValueError for an item that is not id:bias.
-    Values are handed on as typed where they are no number, for the engine to name what is wrong."""
-    pairs = []
-    for item in re.split(r"[,;\n]", text):
-        item = item.strip()
-        if not item:
-            continue
-        if item.count(":") != 1:
-            raise ValueError(f"logit bias: {item!r} is not id:bias (e.g. 15:-2.5, or 15:ban to ban token 15)")
-        token_id, bias = (part.strip() for part in item.split(":"))
-        pairs.append([_number(token_id, int), None if bias.lower() in BAN_WORDS else _number(bias, float)])
-    return pairs
-
-
-def _number(text: str, kind):
-    try:
-        return kind(text)
-    except ValueError:
-        return text
-
-
-# --- spin boxes with "off" -----------------------------------------------------------------------------------
-class _Specials:
-    """Words shown instead of some values ("off" at the value that switches a stage off, "all" at -1)."""
-
-    specials: dict = {}
-
-    def set_up(self, low, high, specials: dict, tip: str) -> None:
-        self.specials = specials
-        self.setRange(low, high)
-        self.setToolTip(tip)
-        self.setKeyboardTracking(False)
-        self.setCorrectionMode(QAbstractSpinBox.CorrectionMode.CorrectToNearestValue)
-        self.setMinimumWidth(SPIN_WIDTH)  # not as wide as its widest value: the panel fits a narrow column
-
-    def textFromValue(self, value) -> str:
-        for special, word in self.specials.items():
-            if value == special:
-                return word
-        return super().textFromValue(value)
-
-    def valueFromText(self, text: str):
-        word = text.strip().lower()
-        for special, known in self.specials.items():
-            if word == known:
-                return special
-        return super().valueFromText(text)
-
-    def validate(self, text: str, pos: int):
-        word = text.strip().lower()
-        for known in self.specials.values():
-            if word and known.startswith(word):
-                state = QValidator.State.Acceptable if word == known else QValidator.State.Intermediate
-                return state, text, pos
-        return super().validate(text, pos)
-
-
-class SpecialDoubleSpin(_Specials, QDoubleSpinBox):
-    def __init__(self, name: str, low: float, high: float, decimals: int, step: float, specials: dict, tip: str):
-        super().__init__(objectName=name, decimals=decimals, singleStep=step)
-        self.set_up(low, high, specials, tip)
-
-
-class SpecialIntSpin(_Specials, QSpinBox):
-    def __init__(self, name: str, low: int, high: int, specials: dict, tip: str):
-        super().__init__(objectName=name)
-        self.set_up(low, high, specials, tip)
-
-
-# --- the order -----------------------------------------------------------------------------------------------
-class StageList(QListWidget):
-    """The stages in the order they run; drag one to move it. A drop moves the stage it names (its own
-    format: nothing else can be dropped), and reports it with `moved`."""
-
-    moved = Signal()
-
-    def __init__(self, parent=None):
-        super().__init__(parent)
-        self.setObjectName("samplerOrder")
-        self.setDragDropMode(QAbstractItemView.DragDropMode.InternalMove)
-        self.setDefaultDropAction(Qt.DropAction.MoveAction)
-        self.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.setToolTip("The order the stages run in: drag a stage, or select it and use Up / Down. Greyed "
-                        "stages are off (their settings are neutral) and do not run.")  # fmt: skip
-
-    def mimeTypes(self) -> list[str]:
-        return [STAGE_MIME]
-
-    def mimeData(self, items) -> QMimeData:
-        data = QMimeData()
-        data.setData(STAGE_MIME, ",".join(item.data(Qt.ItemDataRole.UserRole) for item in items).encode())
-        return data
-
-    def dropEvent(self, event) -> None:
-        names = bytes(event.mimeData().data(STAGE_MIME)).decode().split(",")
-        order = self.order()
-        if len(names) != 1 or names[0] not in order:
-            event.ignore()
-            return
-        point = event.position().toPoint()
-        index = self.indexAt(point)
-        if index.isValid():
-            target = index.row() + (point.y() > self.visualRect(index).center().y())
-        else:
-            target = self.count() if point.y() > 0 else 0
-        source = order.index(names[0])
-        self.move(source, target - (source < target))
-        # the move is done: a MoveAction would make the view remove the dragged row after the drag
-        event.setDropAction(Qt.DropAction.CopyAction)
-        event.accept()
-
-    def order(self) -> tuple[str, ...]:
-        return tuple(self.item(row).data(Qt.ItemDataRole.UserRole) for row in range(self.count()))
-
-    def move(self, source: int, target: int) -> None:
-        target = max(0, min(self.count() - 1, target))
-        if target == source:
-            return
-        item = self.takeItem(source)
-        self.insertItem(target, item)
-        self.setCurrentRow(target)
-        self.moved.emit()
 
 
 class SamplerPanel(QWidget):
@@ -461,7 +239,7 @@ class SamplerPanel(QWidget):
             if name == "samplers":
                 same = [stage for stage in shown[name] if stage in value] == list(value)
             elif name == "logit_bias":
-                same = _bias_pairs(value) == _bias_pairs(shown[name]) or self._problems[name] is not None
+                same = bias_pairs(value) == bias_pairs(shown[name]) or self._problems[name] is not None
             elif name == "dry_sequence_breakers":
                 same = list(value) == shown[name] or self._problems[name] is not None
             else:
@@ -572,33 +350,22 @@ class SamplerPanel(QWidget):
         field.setStyleSheet(f"QLineEdit {{ border: 1px solid {ERROR_COLOR}; }}" if message else "")
 
 
-def _bias_pairs(value) -> tuple:
-    try:
-        return engine.Settings(logit_bias=value.items() if isinstance(value, dict) else value).logit_bias
-    except ValueError:
-        return ()
-
-
 def _shown_text(panel: SamplerPanel, name: str, value) -> str:
     """A setting's value as the report of what the controls cannot show writes it ("0.125", "off")."""
     if name == "samplers":
         return " → ".join(map(stage_label, value))
     if name == "logit_bias":
-        return repr(bias_text(_bias_pairs(value)) or "none")
+        return repr(bias_text(bias_pairs(value)) or "none")
     if name == "dry_sequence_breakers":
         return repr(breakers_text(value))
     if value is None or value is False:
         return "off"
     if name == "grammar":  # a grammar can be long: its start and size
-        return f"{_cut(value, GRAMMAR_SHOWN)!r} ({len(value):,} characters)" if isinstance(value, str) else "on"
+        return f"{cut(value, GRAMMAR_SHOWN)!r} ({len(value):,} characters)" if isinstance(value, str) else "on"
     if name not in panel.spins:  # token healing
         return "on"
     word = panel.spins[name].specials.get(value)
     return word if word is not None else f"{value:g}" if isinstance(value, (int, float)) else repr(value)
-
-
-def _cut(text: str, length: int) -> str:
-    return text if len(text) <= length else text[: length - 1] + "…"
 
 
 def _heading(text: str, top: bool) -> QLabel:
