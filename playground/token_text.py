@@ -109,3 +109,8 @@ def readable(data: bytes) -> str:
             text += data[: error.start].decode("utf-8") + pending_label(data[error.start : stop])
             data = data[stop:]
     return text
+
+
+def shown(token: str) -> str:
+    """A token as the chart, the tree and the lens label it: spaces as middle dots, a newline as ↵."""
+    return token.replace(" ", "·").replace("\n", "↵")

@@ -8,7 +8,7 @@ from PySide6.QtWidgets import QCheckBox, QComboBox, QLabel, QSlider, QTableWidge
 
 import engine
 from playground.inside.panel import InsidePanel, strip_map
-from playground.tree.panel import shown
+from playground.token_text import shown
 
 TEXT = "mia has a red ball. she goes to the park. now mia has the"
 

@@ -18,7 +18,8 @@ from engine.core.steps import Candidates, Step
 from engine.core.tree import NodeView
 from playground.seeds.panel import SeedsPanel
 from playground.tree.branch_compare import BranchCompare
-from playground.tree.panel import TreePanel, probability_text
+from playground.tree.numbers import probability_text
+from playground.tree.panel import TreePanel
 
 
 def chain(first: int, parent: int, tokens: str, p: float = 0.5, **marks) -> list[NodeView]:

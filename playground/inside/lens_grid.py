@@ -11,7 +11,7 @@ from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QAbstractItemView, QTableWidget, QTableWidgetItem
 
 from ..palette import DEFAULT_PALETTE, colour
-from ..tree.panel import shown
+from ..token_text import shown
 
 CELL_CHARS = 14  # the widest a column gets, in average characters
 CELL_ALPHA = 110  # the palette colour's alpha: the text stays readable on the darkest end

@@ -24,7 +24,8 @@ from PySide6.QtWidgets import (
 
 from engine import MAX_SEEDS
 
-from ..tree.panel import free_rows, shown
+from ..token_text import shown
+from ..widgets.tree_items import free_rows
 
 SHOWN = 50  # continuations listed
 

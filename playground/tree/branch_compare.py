@@ -17,7 +17,8 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )  # fmt: skip
 
-from .panel import log10_of, probability_text, shown
+from ..token_text import shown
+from .numbers import log10_of, probability_text
 
 PREFIX_CHARS = 200  # of the shared text, its end
 TINTS = {"forced": QColor(255, 224, 178), "rule": QColor(225, 190, 231), "tool": QColor(178, 223, 219),

@@ -15,14 +15,11 @@ Deleted nodes (rare), a deleted branch brought back (undo) and a new tree rebuil
 import bisect
 import math
 
-import shiboken6
-from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
-from PySide6.QtGui import QBrush, QColor, QFont
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QBrush, QFont
 from PySide6.QtWidgets import (
-    QInputDialog,
     QLabel,
     QMenu,
-    QToolTip,
     QTreeWidget,
     QTreeWidgetItem,
     QVBoxLayout,
@@ -31,49 +28,18 @@ from PySide6.QtWidgets import (
 
 from engine import NodeView
 
+from ..token_text import shown
+from ..widgets.tree_items import free_rows
 from .expand_controls import ExpandControls
+from .menus import TreeMenus
+from .numbers import log10_of
+from .rows import LAST, UNVISITED, RowLook
 
-MARKS = {"forced": "forced", "rule": "rule", "tool": "tool"}  # the steps the model did not choose
-PIN = "⚑"  # a pinned branch (a flag every common font has; an emoji may have no glyph)
-LAST = Qt.ItemDataRole.UserRole  # a row's last node (the node a click goes to)
-UNVISITED = QColor(128, 128, 128)
-TIP_ROWS = 40  # tokens listed in a row's tooltip
-ROW_CHARS = 800  # of a longer row's text, its start and its end are shown
 DROP_AFTER_MS = 250  # a rebuilt tree's old rows are freed in an event of their own, after the new ones show
-SEQUENCE_TIP = ("⟶ p: the product of each step's probability from the prompt; an expansion under the raw model "
-                "weighs by the raw model's, and so does a forced step (it was not drawn)")  # fmt: skip
 ROOT = NodeView(0, None, "", 1.0, "prompt")
 
 
-def shown(token: str) -> str:  # as the chart labels tokens: spaces as middle dots, a newline as ↵
-    return token.replace(" ", "·").replace("\n", "↵")
-
-
-def log10_of(probability) -> float:
-    """log10 of a step's probability: -inf for 0, nan where it is not known (None)."""
-    if probability is None or probability != probability:
-        return math.nan
-    return math.log10(probability) if probability > 0 else -math.inf
-
-
-def probability_text(log10p: float) -> str:
-    """A product of probabilities kept as its log10 (no underflow on long texts) -> "0.42", "3.1e-04"."""
-    if math.isnan(log10p):
-        return "?"
-    if log10p == -math.inf:
-        return "0"
-    if log10p >= -1:  # 0.1 and above: as the rows' own probabilities are written
-        return f"{10**log10p:.2f}"
-    if log10p > -300:  # within a float: formatted in C
-        return f"{10**log10p:.1e}"
-    exponent = math.floor(log10p)
-    mantissa = 10 ** (log10p - exponent)
-    if round(mantissa, 1) >= 10:
-        mantissa, exponent = mantissa / 10, exponent + 1
-    return f"{mantissa:.1f}e{exponent:+03d}"
-
-
-class TreePanel(QWidget):
+class TreePanel(TreeMenus, RowLook, QWidget):
     nodeClicked = Signal(int)  # the node whose branch should become the text (0: the prompt alone)
     renameRequested = Signal(int, str)  # name the branch ending at this node ("": no name)
     pinRequested = Signal(int, bool)  # pin (True) or unpin this node
@@ -370,94 +336,6 @@ class TreePanel(QWidget):
         if self._old_rows:
             free_rows(self._old_rows.pop(0))
 
-    def _new_row(self, head: int, run: list[int]) -> QTreeWidgetItem:
-        item = QTreeWidgetItem()
-        self.runs[head] = run
-        for n in run:
-            self.head[n] = head
-        self.items[head] = item
-        if head == 0:
-            item.setText(0, "(prompt)")
-            item.setData(0, LAST, 0)
-        else:
-            self._body[head] = "".join(shown(self.views[n].token) for n in run)
-            self._refresh(head, item)
-        return item
-
-    def _refresh(self, head: int, item: QTreeWidgetItem | None = None) -> None:
-        """A row's text and last node from its run."""
-        if head == 0:
-            return
-        item = self.items[head] if item is None else item
-        item.setText(0, self._row_text(head))
-        item.setData(0, LAST, self.runs[head][-1])
-
-    def _row_text(self, head: int) -> str:
-        """⚑ (a pin in it), «names», the first step's probability and mark, the tokens; a leaf row ends with
-        its sequence's probability. An inserted step's probability is the model's ("model p 0.03, forced")."""
-        views, last = self.views, self.runs[head][-1]
-        first = views[head]
-        p = _short(first.probability)
-        mark = ""  # an expansion's: italic grey instead
-        if first.source in MARKS:
-            p, mark = f"model p {p}", f", {MARKS[first.source]}"
-        body = self._body[head]
-        if len(body) > ROW_CHARS:  # drawing elides it anyway; eliding a long text costs ms per paint
-            body = f"{body[: ROW_CHARS // 4]} … {body[-ROW_CHARS * 3 // 4 :]}"
-        text = f"{p}{mark}  {body}"
-        if self._named:
-            text = "".join(f"«{views[n].name}» " for n in self._marked(head, self._named)) + text
-        if self._pinned and self._marked(head, self._pinned):
-            text = PIN + " " + text
-        if not self.children[last]:
-            text += f"  ⟶ p {probability_text(self._logp[last])}"
-        return text
-
-    def row_tip(self, item: QTreeWidgetItem) -> str:
-        """A row's tooltip, made when it is asked for (not per row and update): its tokens with their numbers."""
-        head = self._head_of(item)
-        if head == 0:
-            return "the prompt: every branch starts here"
-        run, views = self.runs[head], self.views
-        lines = [f"{views[n].token!r}  {'model ' * (views[n].source in MARKS)}p {_short(views[n].probability, 4)}  "
-                 f"{views[n].source}"
-                 + ("  (expanded, not visited)" if views[n].expanded else "") for n in run[:TIP_ROWS]]  # fmt: skip
-        if len(run) > TIP_ROWS:
-            lines.append(f"... {len(run) - TIP_ROWS} more tokens")
-        if not self.children[run[-1]]:
-            lines.append(SEQUENCE_TIP)
-        return "\n".join(lines)
-
-    def _marked(self, head: int, marked: set[int]) -> list[int]:
-        """The nodes of a row among these (the named or pinned nodes: few in a tree), in order."""
-        return sorted(n for n in marked if self.head.get(n) == head) if marked else []
-
-    def _style(self, item: QTreeWidgetItem) -> None:
-        """Bold on the active branch; italic and grey where an expansion added it and nobody walked into it."""
-        head = self._head_of(item)
-        unvisited = self.views[head].expanded
-        item.setFont(0, self._fonts[head in self._bold, unvisited])
-        item.setForeground(0, self._grey if unvisited else self._plain)
-
-    def is_unvisited(self, item: QTreeWidgetItem) -> bool:
-        """Whether a row starts with a node an expansion added that nobody walked into (drawn italic, grey)."""
-        return self.views[self._head_of(item)].expanded
-
-    def _restyle_path(self) -> None:
-        """Bold the rows of the active branch, and only the rows whose state changed; a row turning bold opens."""
-        bold = {self.head[n] for n in self.path}
-        turned = bold ^ self._bold
-        self._bold = bold
-        for head in turned:
-            item = self.items.get(head)
-            if item is None:
-                continue
-            self._style(item)
-            if head in bold:
-                item.setExpanded(True)
-                if item.parent() is not None:
-                    item.parent().setExpanded(True)
-
     def _show_summary(self) -> None:
         if not self._count:
             self.summary.setText("the branches appear here as the text grows")
@@ -468,139 +346,3 @@ class TreePanel(QWidget):
     # --- what a person does with a row -----------------------------------------------------------------
     def _chosen(self, row: QTreeWidgetItem) -> None:
         self.nodeClicked.emit(row.data(0, LAST))
-
-    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
-        if watched is self.tree.viewport() and event.type() == QEvent.Type.ToolTip:
-            item = self.tree.itemAt(event.pos())
-            if item is None:
-                return False
-            QToolTip.showText(event.globalPos(), self.row_tip(item), self.tree.viewport(),
-                              self.tree.visualItemRect(item))  # fmt: skip
-            return True
-        if watched is self.tree and event.type() == QEvent.Type.KeyPress:
-            if event.modifiers() & ~Qt.KeyboardModifier.KeypadModifier:
-                return False
-            return self._key(event.key())
-        return super().eventFilter(watched, event)
-
-    def _key(self, key) -> bool:
-        """Walk the rows as a loom does; each row reached becomes the text."""
-        here = self.tree.currentItem() or self.row_of(self._active_end())
-        target = None
-        if key in (Qt.Key.Key_Left, Qt.Key.Key_Right):
-            parent = here.parent()
-            if parent is not None:
-                index = parent.indexOfChild(here) + (1 if key == Qt.Key.Key_Right else -1)
-                target = parent.child(index) if 0 <= index < parent.childCount() else None
-        elif key == Qt.Key.Key_Up:
-            target = here.parent()
-        elif key == Qt.Key.Key_Down:
-            on_path = set(self.path)
-            kids = [here.child(i) for i in range(here.childCount())]
-            target = next((k for k in kids if self._head_of(k) in on_path), kids[0] if kids else None)
-            here.setExpanded(True)
-        elif key in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
-            target = here
-        else:
-            return False
-        if target is not None:
-            self.tree.setCurrentItem(target)
-            self.tree.scrollToItem(target)
-            self.nodeClicked.emit(target.data(0, LAST))
-        return True
-
-    def ask_name(self, current: str) -> str | None:
-        """The name a person types for a branch (None: cancelled)."""
-        text, ok = QInputDialog.getText(self, "Name this branch", "Name (empty: no name):", text=current)
-        return text.strip() if ok else None
-
-    def menu_for(self, node_id: int) -> QMenu:
-        """The context menu of the row holding this node. It acts on the row: rename and pin on the node of
-        the row that has a name or a pin (else the row's last node), delete from the row's first node (the row
-        and everything under it), expand and compare from its last node. The panel keeps it until the next one
-        (one whose action is triggered without exec() is not left behind: 7 QActions each)."""
-        self._drop_menu()
-        head = self.head[node_id]
-        run, last = self.runs[head], self.runs[head][-1]
-        named = self._marked(head, self._named)
-        pinned = self._marked(head, self._pinned)
-        menu = QMenu(self)
-        menu.setToolTipsVisible(True)
-        rename = menu.addAction("Name this branch...")
-        rename.setObjectName("renameBranchAction")
-        target = named[-1] if named else last
-        rename.triggered.connect(lambda: self._rename(target))
-        pin = menu.addAction("Unpin" if pinned else "Pin")
-        pin.setObjectName("pinBranchAction")
-        pin.setToolTip("a pinned branch cannot be deleted")
-        if pinned:
-            pin.triggered.connect(lambda: [self.pinRequested.emit(n, False) for n in pinned])
-        else:
-            pin.triggered.connect(lambda: self.pinRequested.emit(last, True))
-        delete = menu.addAction("Delete this branch")
-        delete.setObjectName("deleteBranchAction")
-        delete.triggered.connect(lambda: self.deleteRequested.emit(run[0]))
-        if head in self._bold:
-            delete.setEnabled(False)
-            delete.setToolTip("the text is on this branch: go to another branch first")
-        elif any(self._under(n, head) for n in self._pinned):
-            delete.setEnabled(False)
-            delete.setToolTip("a pinned branch is under this row: unpin it first")
-        else:
-            delete.setToolTip("delete this row and every branch under it")
-        for action in (rename, pin, delete):
-            action.setEnabled(action.isEnabled() and head != 0)
-        menu.addSeparator()
-        expand = menu.addAction("Expand from here")
-        expand.setObjectName("expandHereAction")
-        expand.setToolTip("add the most probable continuations of this row, with the controls above the tree")
-        expand.triggered.connect(lambda: self.expandRequested.emit(last, self.controls.expand_params()))
-        compare = menu.addAction("Compare with the active branch")
-        compare.setObjectName("compareBranchesAction")
-        compare.triggered.connect(lambda: self.compareRequested.emit(last, self._active_end()))
-        compare.setEnabled(last != self._active_end())
-        self._menu = menu
-        return menu
-
-    def _drop_menu(self) -> None:
-        if self._menu is not None and shiboken6.isValid(self._menu):  # its caller may have deleted it already
-            self._menu.deleteLater()
-        self._menu = None
-
-    def _under(self, node: int, ancestor: int) -> bool:
-        while node is not None and node != ancestor:
-            node = self.views[node].parent
-        return node == ancestor
-
-    def _rename(self, node: int) -> None:
-        name = self.ask_name(self.views[node].name)
-        if name is not None:
-            self.renameRequested.emit(node, name)
-
-    def _context_menu(self, pos) -> None:
-        item = self.tree.itemAt(pos)
-        if item is None:
-            return
-        menu = self.menu_for(item.data(0, LAST))
-        menu.exec(self.tree.viewport().mapToGlobal(pos))
-        self._drop_menu()
-
-
-def free_rows(root: QTreeWidgetItem) -> None:
-    """Free a detached tree of rows, its deepest rows first, each taken from its parent with removeChild. Deleting
-    a deep tree from its root costs time quadratic in its depth (5,000 nested rows: 1.6 s), this linear (a few
-    ms). Not takeChildren: PySide leaves the rows it detaches owned by C++, so they and their Python wrappers
-    were never freed (~30 KB a cycle of expand, go to, delete and step)."""
-    rows, level = [], [root]
-    while level:
-        rows.extend(level)
-        level = [item.child(i) for item in level for i in range(item.childCount())]
-    for item in reversed(rows[1:]):
-        item.parent().removeChild(item)  # now Python's: freed with the last reference to it, childless
-
-
-def _short(probability, digits: int = 2) -> str:
-    """0.21, or 2e-05 where fixed digits would show 0.00 (but 0 itself stays 0.00)."""
-    if probability is None:
-        return "?"
-    return f"{probability:.{digits}f}" if probability >= 10**-digits or probability == 0 else f"{probability:.0e}"

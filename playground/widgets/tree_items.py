@@ -1,0 +1,16 @@
+"""Freeing a QTreeWidget's rows (the Tree tab's, the Seeds tab's) in time linear in their number."""
+
+from PySide6.QtWidgets import QTreeWidgetItem
+
+
+def free_rows(root: QTreeWidgetItem) -> None:
+    """Free a detached tree of rows, its deepest rows first, each taken from its parent with removeChild. Deleting
+    a deep tree from its root costs time quadratic in its depth (5,000 nested rows: 1.6 s), this linear (a few
+    ms). Not takeChildren: PySide leaves the rows it detaches owned by C++, so they and their Python wrappers
+    were never freed (~30 KB a cycle of expand, go to, delete and step)."""
+    rows, level = [], [root]
+    while level:
+        rows.extend(level)
+        level = [item.child(i) for item in level for i in range(item.childCount())]
+    for item in reversed(rows[1:]):
+        item.parent().removeChild(item)  # now Python's: freed with the last reference to it, childless
