@@ -200,7 +200,9 @@ def cut_plot_texts(window) -> list[str]:
         for item in plot.getPlotItem().vb.addedItems:
             if isinstance(item, pg.TextItem) and item.isVisible() and item.textItem.toPlainText():
                 if not box.contains(item.sceneBoundingRect()):
-                    cut.append(f"{plot.objectName() or plot.parentWidget().objectName()}: {item.textItem.toPlainText()!r}")
+                    cut.append(
+                        f"{plot.objectName() or plot.parentWidget().objectName()}: {item.textItem.toPlainText()!r}"
+                    )
     return cut
 
 
