@@ -14,23 +14,14 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt, QTimer, Signal
 from PySide6.QtGui import QPalette
-from PySide6.QtWidgets import (
-    QComboBox,
-    QHBoxLayout,
-    QLabel,
-    QListWidget,
-    QListWidgetItem,
-    QSizePolicy,
-    QToolTip,
-    QVBoxLayout,
-    QWidget,
-)  # fmt: skip
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QSizePolicy, QToolTip, QVBoxLayout, QWidget
 
 from ..widgets.chart import FRAME_MS, LIVE_FPS
 from ..widgets.flow_layout import FlowLayout
 from . import measures
+from .least_list import LeastConfidentList
 from .measures import RANK_BY
-from .plot_items import COLORS, PLOT_HEIGHT, empty_hint, mark_items, prompt_items, step_curves, strip_plot
+from .plot_items import COLORS, empty_hint, mark_items, prompt_items, step_curves, strip_plot
 
 SYMBOLS_UP_TO = 150  # with more points than this the curves are drawn without symbols (cheaper, clearer)
 
@@ -53,7 +44,6 @@ class UncertaintyStrip(QWidget):
         self._prompt_marked = -1
         self._prompt_changed = False  # its curves are redrawn only when it changes
         self._dirty = False
-        self._drawn_least: list[int] | None = None
         self._drawn_symbols = None
         self.repaints = 0  # counted for tests and benches
 
@@ -77,11 +67,8 @@ class UncertaintyStrip(QWidget):
         self.rank_by.addItems(RANK_BY)
         self.rank_by.setToolTip("rank the least confident tokens by their surprisal or by the model's entropy")
         self.rank_by.currentIndexChanged.connect(lambda _index: self._mark_dirty())
-        self.least = QListWidget(objectName="leastConfident")
-        self.least.setMinimumWidth(120)
-        self.least.setToolTip("the 10 least confident generated tokens (the prompt's are not listed): click one "
-                              "to select it")  # fmt: skip
-        self.least.itemClicked.connect(lambda item: self.stepClicked.emit(item.data(Qt.ItemDataRole.UserRole)))
+        self.least = LeastConfidentList()
+        self.least.stepClicked.connect(self.stepClicked)
 
         self.head = QWidget(objectName="uncertaintyHead")
         head = FlowLayout(self.head, spacing=12)  # the key, the readout and the list's switch: wraps when narrow
@@ -104,7 +91,6 @@ class UncertaintyStrip(QWidget):
         layout.setSpacing(1)
         layout.addWidget(self.head)
         layout.addLayout(body)
-        self.least.setMinimumHeight(PLOT_HEIGHT)
         # Preferred, not Maximum: when the head wraps (a narrow window, the prompt's readout) the strip grows by
         # its height instead of clipping the plot; the token view (stretch 1) still takes any spare height
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
@@ -352,14 +338,8 @@ class UncertaintyStrip(QWidget):
 
     def _draw_least(self) -> None:
         values = self._values[self.rank_by.currentText()]
-        rows = [(index, measures.least_row(values, index, self._token_text(index))) for index in self.least_confident()]
-        if rows != self._drawn_least:  # the list is rebuilt only when what it says changes
-            self._drawn_least = rows
-            self.least.clear()
-            for index, row in rows:
-                item = QListWidgetItem(row)
-                item.setData(Qt.ItemDataRole.UserRole, index)
-                self.least.addItem(item)
+        self.least.show_rows([(index, measures.least_row(values, index, self._token_text(index)))
+                              for index in self.least_confident()])  # fmt: skip
 
     # --- mouse ---------------------------------------------------------------------------------------
     def _x_at(self, scene_pos) -> int:
