@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QLabel, QPushButton
 
 import engine
 from playground import MainWindow
-from playground.widgets.token_view import visible
+from playground.widgets.token_colours import visible
 
 WAIT = 15000  # ms
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,6 +1,7 @@
 """The window's layout as a person sees it: the text in the centre, every other view a dock listed in the View
 menu, nothing clipped at 1024x700 or 1600x1000, and the layout kept across launches (and reset on request)."""
 
+import pyqtgraph as pg
 import pytest
 from conftest import shown_window
 from PySide6.QtCore import QByteArray, QSize
@@ -186,6 +187,34 @@ def test_the_charts_value_beside_a_full_bar_is_whole_in_the_narrow_default_chart
     qtbot.wait(30)
     assert window.chart.value_texts()[0] == "0.999"
     assert cut_chart_labels(window.chart) == []
+
+
+def cut_plot_texts(window) -> list[str]:
+    """The texts drawn inside a plot a person sees (a hint, a label) that reach past the plot's box, in its
+    width or its height: pyqtgraph draws them unclipped over the axes, or the dock's edge cuts them."""
+    cut = []
+    for plot in window.findChildren(pg.PlotWidget):
+        if not seen(plot.viewport()):  # (a graphics view's own region is empty: its viewport draws)
+            continue
+        box = plot.getPlotItem().vb.sceneBoundingRect().adjusted(-0.5, -0.5, 0.5, 0.5)
+        for item in plot.getPlotItem().vb.addedItems:
+            if isinstance(item, pg.TextItem) and item.isVisible() and item.textItem.toPlainText():
+                if not box.contains(item.sceneBoundingRect()):
+                    cut.append(
+                        f"{plot.objectName() or plot.parentWidget().objectName()}: {item.textItem.toPlainText()!r}"
+                    )
+    return cut
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s.width()}x{s.height()}")
+def test_the_uncertainty_strips_hint_is_whole_before_anything_is_generated(qtbot, window, size):
+    settle(qtbot, window, size)
+    window.show_panel(window.uncertainty_strip)
+    qtbot.wait(30)
+    strip = window.uncertainty_strip
+    assert strip.empty_hint.isVisible() and seen(strip.plot.viewport())
+    assert cut_plot_texts(window) == []
+    assert "surprisal and entropy" in strip.empty_hint.textItem.toPlainText().replace("\n", " ")
 
 
 LONG_NAME = "Meta-Llama-3.1-8B-Instruct-abliterated-uncensored-imatrix-calibrated.Q4_K_M.gguf"

@@ -7,7 +7,7 @@ from PySide6.QtWidgets import QLabel
 from test_window import child, step
 
 from playground.palette import colour
-from playground.widgets.token_view import COLOR_LEVELS, colour_level
+from playground.widgets.token_colours import COLOR_LEVELS, colour_level
 
 
 def background(win, index):

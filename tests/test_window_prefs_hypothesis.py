@@ -16,8 +16,8 @@ import engine
 from playground import MainWindow
 from playground.models.prefs import ModelPrefs
 from playground.remembered import MAX_REMEMBERED_PROMPT
-from playground.strip.uncertainty_strip import RANK_BY
-from playground.widgets.token_view import COLOUR_MODES
+from playground.strip.measures import RANK_BY
+from playground.widgets.token_colours import COLOUR_MODES
 
 STORY = "story model"  # the story model's name: its prompt and settings keys
 SETTING_NAMES = ["max_new_tokens", "temperature", "top_k", "top_p", "min_p", "seed", "repeat_penalty", "typical_p",

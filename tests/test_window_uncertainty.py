@@ -13,7 +13,8 @@ from PySide6.QtWidgets import QComboBox, QLabel, QListWidget, QWidget
 from test_window import child, generate, step, type_prompt
 
 import engine
-from playground.widgets.token_view import COLOR_LEVELS, colour_level, probability_color
+from playground.widgets.token_colours import COLOR_LEVELS, colour_level
+from playground.widgets.token_view import probability_color
 
 
 def strip_of(win):

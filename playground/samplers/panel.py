@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
 
 import engine
 
-from ..widgets.chart import stage_label
+from ..widgets.chart_rows import stage_label
 from .parse import (
     GRAMMAR_EXAMPLES,
     GRAMMAR_SHOWN,

@@ -10,38 +10,20 @@ Once the worker has scored the session's prompt (set_prompt), its tokens are dra
 left of step 1, so the first steps' context shows; they are hovered and clicked (promptClicked) like steps,
 but the "least confident" list and the perplexity of the text keep to the generated steps."""
 
-import html
-import math
-
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QFont, QPalette
-from PySide6.QtWidgets import (
-    QComboBox,
-    QHBoxLayout,
-    QLabel,
-    QListWidget,
-    QListWidgetItem,
-    QSizePolicy,
-    QToolTip,
-    QVBoxLayout,
-    QWidget,
-)  # fmt: skip
+from PySide6.QtGui import QPalette
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QSizePolicy, QToolTip, QVBoxLayout, QWidget
 
-from ..widgets.chart import FRAME_MS, LIVE_FPS, FlowLayout
+from ..widgets.chart import FRAME_MS, LIVE_FPS
+from ..widgets.flow_layout import FlowLayout
+from . import measures
+from .least_list import LeastConfidentList
+from .measures import RANK_BY
+from .plot_items import COLORS, empty_hint, mark_items, prompt_items, step_curves, strip_plot
 
-LEAST_CONFIDENT = 10  # rows of the "least confident" list
-RANK_BY = ("surprisal", "entropy")
-COLORS = {"surprisal": "#e67e22", "entropy": "#2980b9"}  # readable on light and dark
-MARK_COLOR = "#c0392b"
-PROMPT_COLOR = "#8c8c8c"  # the prompt's curves: muted, so the generated steps stand out
 SYMBOLS_UP_TO = 150  # with more points than this the curves are drawn without symbols (cheaper, clearer)
-Y_CAP = 16.0  # nats: a forced token far outside the model's choices does not squash the rest
-PLOT_HEIGHT = 92
-EMPTY_HINT = "surprisal and entropy per token appear here"
-READOUT_TIP = "exp of the mean surprisal of the tokens after the prompt"
-PROMPT_TIP = "prompt: the same of the prompt's tokens after its first (the first is read, not scored)"
 
 
 class UncertaintyStrip(QWidget):
@@ -62,60 +44,21 @@ class UncertaintyStrip(QWidget):
         self._prompt_marked = -1
         self._prompt_changed = False  # its curves are redrawn only when it changes
         self._dirty = False
-        self._drawn_least: list[int] | None = None
         self._drawn_symbols = None
         self.repaints = 0  # counted for tests and benches
 
-        self.plot = pg.PlotWidget(objectName="uncertaintyPlot")
-        self.plot.setMenuEnabled(False)
-        self.plot.setMouseEnabled(x=False, y=False)
-        self.plot.hideButtons()
-        self.plot.setMinimumHeight(PLOT_HEIGHT)  # in a dock: as tall as the dock is
-        self.plot.getPlotItem().setContentsMargins(0, 2, 4, 0)
-        self.plot.hideAxis("bottom")  # the step number is in the hover; an axis costs height
-        left = self.plot.getAxis("left")
-        left.setWidth(26)
-        left.setStyle(tickLength=-3)
-        self.plot.setClipToView(True)
-        self.plot.setDownsampling(auto=True, mode="peak")
-        entropy_fill = QColor(COLORS["entropy"])
-        entropy_fill.setAlphaF(0.25)
-        self._curves = {  # the entropy as a shaded area behind, the surprisal as a line over it
-            "entropy": self.plot.plot([], [], pen=pg.mkPen(COLORS["entropy"], width=1), fillLevel=0,
-                                      brush=pg.mkBrush(entropy_fill), connect="finite"),
-            "surprisal": self.plot.plot([], [], pen=pg.mkPen(COLORS["surprisal"], width=1.5), connect="finite"),
-        }  # fmt: skip
-        self._prompt_band = pg.LinearRegionItem((0, 0), movable=False, pen=pg.mkPen(None))
-        self._prompt_band.setZValue(-20)  # behind every curve
-        prompt_fill = QColor(PROMPT_COLOR)
-        prompt_fill.setAlphaF(0.3)
-        self._prompt_curves = {
-            "entropy": self.plot.plot([], [], pen=pg.mkPen(PROMPT_COLOR, width=1), fillLevel=0,
-                                      brush=pg.mkBrush(prompt_fill), connect="finite"),
-            "surprisal": self.plot.plot([], [], pen=pg.mkPen(PROMPT_COLOR, width=1.5, style=Qt.PenStyle.DashLine),
-                                        connect="finite", symbol="o", symbolSize=3, symbolPen=None,
-                                        symbolBrush=pg.mkBrush(PROMPT_COLOR)),
-        }  # fmt: skip
-        self._prompt_label = pg.TextItem("prompt", anchor=(0, 0))
-        self._prompt_label.setFont(_small_font(self.font()))
-        for item in (self._prompt_band, self._prompt_label):
-            item.setVisible(False)
-            self.plot.addItem(item)
-        self._mark_line = pg.InfiniteLine(angle=90, pen=pg.mkPen(MARK_COLOR, width=1))
-        self._mark_points = pg.ScatterPlotItem(size=8, pen=pg.mkPen(MARK_COLOR), brush=pg.mkBrush(MARK_COLOR))
-        for item in (self._mark_line, self._mark_points):
-            item.setVisible(False)
-            self.plot.addItem(item)
-        self.empty_hint = pg.TextItem(EMPTY_HINT, anchor=(0.5, 0.5))
-        self.empty_hint.setPos(0.5, 0.5)
-        self.plot.addItem(self.empty_hint)
+        self.plot = strip_plot()
+        self._curves = step_curves(self.plot)
+        self._prompt_band, self._prompt_curves, self._prompt_label = prompt_items(self.plot, self.font())
+        self._mark_line, self._mark_points = mark_items(self.plot)
+        self.empty_hint = empty_hint(self.plot)
         self.plot.setXRange(0, 1, padding=0)
         self.plot.setYRange(0, 1, padding=0)
         self.plot.scene().sigMouseClicked.connect(self._clicked)
         self.plot.scene().sigMouseMoved.connect(self._hovered)
 
         self.perplexity_label = QLabel("", objectName="perplexityLabel")
-        self.perplexity_label.setToolTip(READOUT_TIP)
+        self.perplexity_label.setToolTip(measures.READOUT_TIP)
         key = (f'<span style="color:{COLORS["surprisal"]}">━ surprisal</span> &nbsp;'
                f'<span style="color:{COLORS["entropy"]}">█ entropy</span> (nats)')  # fmt: skip
         self.key_label = QLabel(key, objectName="uncertaintyKey")
@@ -124,11 +67,8 @@ class UncertaintyStrip(QWidget):
         self.rank_by.addItems(RANK_BY)
         self.rank_by.setToolTip("rank the least confident tokens by their surprisal or by the model's entropy")
         self.rank_by.currentIndexChanged.connect(lambda _index: self._mark_dirty())
-        self.least = QListWidget(objectName="leastConfident")
-        self.least.setMinimumWidth(120)
-        self.least.setToolTip("the 10 least confident generated tokens (the prompt's are not listed): click one "
-                              "to select it")  # fmt: skip
-        self.least.itemClicked.connect(lambda item: self.stepClicked.emit(item.data(Qt.ItemDataRole.UserRole)))
+        self.least = LeastConfidentList()
+        self.least.stepClicked.connect(self.stepClicked)
 
         self.head = QWidget(objectName="uncertaintyHead")
         head = FlowLayout(self.head, spacing=12)  # the key, the readout and the list's switch: wraps when narrow
@@ -151,7 +91,6 @@ class UncertaintyStrip(QWidget):
         layout.setSpacing(1)
         layout.addWidget(self.head)
         layout.addLayout(body)
-        self.least.setMinimumHeight(PLOT_HEIGHT)
         # Preferred, not Maximum: when the head wraps (a narrow window, the prompt's readout) the strip grows by
         # its height instead of clipping the plot; the token view (stretch 1) still takes any spare height
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
@@ -177,9 +116,7 @@ class UncertaintyStrip(QWidget):
                 grown[: self._count] = self._values[name][: self._count]
                 self._values[name] = grown
         for name in RANK_BY:
-            self._values[name][start:count] = [
-                np.nan if getattr(step, name) is None else getattr(step, name) for step in steps
-            ]
+            self._values[name][start:count] = measures.measure(steps, name)
         self._count = count
         if self._marked >= count:
             self._marked = -1
@@ -196,9 +133,7 @@ class UncertaintyStrip(QWidget):
         perplexity; they stay until clear_prompt (a rewind or a branch keeps the prompt)."""
         self._prompt_steps = tuple(steps)
         for name in RANK_BY:
-            self._prompt_values[name] = np.array(
-                [np.nan if getattr(step, name) is None else getattr(step, name) for step in steps], dtype=float
-            )
+            self._prompt_values[name] = np.array(measures.measure(steps, name), dtype=float)
         self._prompt_perplexity, self._prompt_note = perplexity, None
         self._prompt_reset()
 
@@ -265,18 +200,12 @@ class UncertaintyStrip(QWidget):
 
     def perplexity(self) -> float | None:
         """exp of the mean surprisal of the steps whose surprisal is known; None: none is."""
-        known = self._values["surprisal"][: self._count]
-        known = known[~np.isnan(known)]
-        return math.exp(float(known.mean())) if len(known) else None
+        return measures.perplexity(self._values["surprisal"][: self._count])
 
     def least_confident(self) -> list[int]:
         """The indexes of the steps of highest surprisal (or entropy, as the switch says), highest first
         (ties: the earlier step first); steps without the number are left out."""
-        values = self._values[self.rank_by.currentText()][: self._count]
-        known = np.flatnonzero(~np.isnan(values))
-        if len(known) > LEAST_CONFIDENT:
-            known = known[np.argpartition(-values[known], LEAST_CONFIDENT - 1)[:LEAST_CONFIDENT]]
-        return sorted(known.tolist(), key=lambda index: (-values[index], index))
+        return measures.least_confident(self._values[self.rank_by.currentText()][: self._count])
 
     def set_live(self, live: bool) -> None:
         """While tokens stream, repaint at most LIVE_FPS times a second; otherwise at up to 60."""
@@ -298,23 +227,17 @@ class UncertaintyStrip(QWidget):
     def hover_text(self, index: int) -> str:
         if not 0 <= index < self._count:
             return ""
-        return _hover_html(f"step {index + 1}", self._token_text(index), self._values, index)
+        return measures.hover_html(f"step {index + 1}", self._token_text(index), self._values, index)
 
     def prompt_hover_text(self, index: int) -> str:
         if not 0 <= index < len(self._prompt_steps):
             return ""
         title = f"prompt token {index + 2}"  # the prompt's first token is read, not scored
-        return _hover_html(title, self._prompt_steps[index].token, self._prompt_values, index)
+        return measures.hover_html(title, self._prompt_steps[index].token, self._prompt_values, index)
 
     def readout(self) -> str:
         """The perplexity of the generated text, and the prompt's once it is scored."""
-        perplexity = self.perplexity()
-        parts = [] if perplexity is None else [f"perplexity {perplexity:.2f}"]
-        if self._prompt_perplexity is not None:
-            parts.append(f"prompt {self._prompt_perplexity:.2f}")
-        elif self._prompt_note is not None:
-            parts.append("prompt: not scored")
-        return " · ".join(parts)
+        return measures.readout(self.perplexity(), self._prompt_perplexity, self._prompt_note)
 
     def _prompt_x(self, index: int) -> int:
         """The prompt's scored tokens are drawn at x = 1 - n ... 0, so the last is next to step 1 (x = 1)."""
@@ -385,11 +308,10 @@ class UncertaintyStrip(QWidget):
             item.setVisible(prompted > 0)
 
     def _top(self) -> float:
-        """The y axis' top: the highest value shown (at least 1, at most Y_CAP), and a little room."""
-        shown = np.concatenate([values[: self._count] for values in self._values.values()]
-                               + list(self._prompt_values.values()))  # fmt: skip
-        shown = shown[~np.isnan(shown)]
-        return min(max(float(shown.max()) if len(shown) else 1.0, 1.0), Y_CAP) * 1.08
+        """The y axis' top: the highest value shown (steps and prompt), and a little room."""
+        return measures.y_top(
+            [values[: self._count] for values in self._values.values()] + list(self._prompt_values.values())
+        )
 
     def _draw_mark(self) -> None:
         """The selected step's line and points, or the clicked prompt token's."""
@@ -410,23 +332,14 @@ class UncertaintyStrip(QWidget):
         text = self.readout()
         if self.perplexity_label.text() != text:
             self.perplexity_label.setText(text)
-        tip = READOUT_TIP + ("; " + PROMPT_TIP if self._prompt_perplexity is not None else "")
-        if self._prompt_note is not None:
-            tip = f"{READOUT_TIP}. The prompt was not scored: {self._prompt_note}"
+        tip = measures.readout_tip(self._prompt_perplexity, self._prompt_note)
         if self.perplexity_label.toolTip() != tip:
             self.perplexity_label.setToolTip(tip)
 
     def _draw_least(self) -> None:
         values = self._values[self.rank_by.currentText()]
-        rows = [(index, f"{values[index]:5.2f}  {index + 1:>4}  {self._token_text(index)!r}")
-                for index in self.least_confident()]  # fmt: skip
-        if rows != self._drawn_least:  # the list is rebuilt only when what it says changes
-            self._drawn_least = rows
-            self.least.clear()
-            for index, row in rows:
-                item = QListWidgetItem(row)
-                item.setData(Qt.ItemDataRole.UserRole, index)
-                self.least.addItem(item)
+        self.least.show_rows([(index, measures.least_row(values, index, self._token_text(index)))
+                              for index in self.least_confident()])  # fmt: skip
 
     # --- mouse ---------------------------------------------------------------------------------------
     def _x_at(self, scene_pos) -> int:
@@ -463,16 +376,3 @@ class UncertaintyStrip(QWidget):
             QToolTip.showText(where, text, self.plot)
         else:
             QToolTip.hideText()
-
-
-def _hover_html(title: str, token: str, values: dict, index: int) -> str:
-    numbers = ", ".join(
-        f"{name} {value:.2f}" if not np.isnan(value := values[name][index]) else f"{name} unknown" for name in RANK_BY
-    )
-    return f"<b>{title}: <code>{html.escape(repr(token))}</code></b><br>{numbers} nats"
-
-
-def _small_font(font: QFont) -> QFont:
-    small = QFont(font)
-    small.setPointSizeF(max(font.pointSizeF() * 0.85, 7.0))
-    return small

@@ -10,15 +10,16 @@ that removed it and its probability after every stage. The switch wraps onto mor
 The bar item and the labels are created once and updated in place; repaints are throttled to at most 60 per
 second however fast steps arrive."""
 
-import html
-import re
-
 import pyqtgraph as pg
-from PySide6.QtCore import QPoint, QPointF, QRect, QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QPointF, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QPalette
-from PySide6.QtWidgets import QButtonGroup, QLabel, QLayout, QRadioButton, QToolTip, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QButtonGroup, QLabel, QRadioButton, QToolTip, QVBoxLayout, QWidget
 
-from engine import GREEDY, STAGE_NAMES, TOP_CANDIDATES
+from engine import STAGE_NAMES, TOP_CANDIDATES
+
+from . import chart_rows
+from .chart_rows import ONE_TOKEN_NOTE, bar_label, stage_label
+from .flow_layout import FlowLayout
 
 FRAME_MS = 16  # at most ~60 repaints per second
 LABEL_SPACE = -0.42  # the x range left of 0 that holds the token labels (more in a narrow chart: _fit_labels)
@@ -27,122 +28,6 @@ RIGHT_EDGE = 1.2  # room right of a full bar for its value ("1.000") in a narrow
 LIVE_FPS = 15  # while tokens stream: a person cannot read faster, and painting competes for the GIL
 EMPTY_HINT = "Press Step (Ctrl+→): the next token's\ncandidates appear here as bars.\nClick a bar to force that token."
 REMOVED_COLOR = "#8a8a8a"  # a removed candidate's label: grey on the light and the dark palettes
-BYTES_LABEL = re.compile(r"(‹[0-9a-f ]+›)")  # playground/token_text.py's pending_label
-ONE_TOKEN_NOTE = ("By this stage one token holds all probability (greedy at temperature 0, or a filter kept only "
-                  "it): the bars show the model's raw softmax, that token in orange.")  # fmt: skip
-GREEDY_NOTE = (
-    "Under greedy decoding (temperature 0) the token taken is the most likely of this distribution, the one after {}."
-)
-
-
-def _percent(p: float) -> str:
-    if p == 0:
-        return "0"
-    return f"{p:.3f}" if p >= 0.001 else f"{p:.0e}"
-
-
-STAGE_LABELS = {"logit_bias": "logit bias", "penalties": "penalties", "dry": "DRY", "temperature": "temperature",
-                "top_k": "top-k", "top_p": "top-p", "min_p": "min-p", "top_n_sigma": "top-n-σ",
-                "typical_p": "typical-p", "xtc": "XTC", GREEDY: "greedy"}  # fmt: skip
-
-
-def stage_label(name: str) -> str:
-    """A stage's name as the window writes it ("top_k" -> "top-k", "dry" -> "DRY")."""
-    return STAGE_LABELS.get(name, name.replace("_", "-"))
-
-
-def stage_keys(names) -> tuple[str, ...]:
-    """The switch's keys for a chain's stage names: raw, each stage but the last, and "final" (the last)."""
-    return ("raw", *names[:-1], "final") if names else ("raw", "final")
-
-
-def stage_text(key: str, names) -> str:
-    if key == "raw":
-        return "raw softmax"
-    if key == "final":
-        return "final (greedy)" if names and names[-1] == GREEDY else "final"
-    return "after " + stage_label(key)
-
-
-def greedy_source(names) -> str | None:
-    """The stage greedy chose from (the one before it), where the chain ends in greedy; else None."""
-    return names[-2] if len(names) > 1 and names[-1] == GREEDY else None
-
-
-def removed_by(candidates, key: str) -> list[str | None]:
-    """Per candidate: the stage that removed it by the switch's stage `key` (None: still in, or not recorded)."""
-    names = candidates.stage_names
-    if not candidates.removed_by or key == "raw":
-        return [None] * len(candidates.token_ids)
-    ran = set(names if key == "final" or key not in names else names[: names.index(key) + 1])
-    return [stage if stage in ran else None for stage in candidates.removed_by]
-
-
-def bar_label(token: str) -> str:
-    """Whitespace made visible, but not inside a byte label (‹f0 9f›: its spaces only separate bytes)."""
-    parts = BYTES_LABEL.split(token)  # the byte labels are the odd parts
-    for index in range(0, len(parts), 2):
-        parts[index] = parts[index].replace("\n", "↵").replace(" ", "·")
-    return "".join(parts) or "∅"
-
-
-class FlowLayout(QLayout):
-    """Widgets left to right, wrapping onto the next line where the width runs out (the stage switch: up to
-    a dozen stages in a narrow chart)."""
-
-    def __init__(self, parent=None, spacing: int = 10, line_spacing: int = 2):
-        super().__init__(parent)
-        self._items = []
-        self._spacing, self._line_spacing = spacing, line_spacing
-        self.setContentsMargins(0, 0, 0, 0)
-
-    def addItem(self, item) -> None:
-        self._items.append(item)
-
-    def count(self) -> int:
-        return len(self._items)
-
-    def itemAt(self, index: int):
-        return self._items[index] if 0 <= index < len(self._items) else None
-
-    def takeAt(self, index: int):
-        return self._items.pop(index) if 0 <= index < len(self._items) else None
-
-    def expandingDirections(self) -> Qt.Orientation:
-        return Qt.Orientation(0)
-
-    def hasHeightForWidth(self) -> bool:
-        return True
-
-    def heightForWidth(self, width: int) -> int:
-        return self._arrange(QRect(0, 0, width, 0), move=False)
-
-    def setGeometry(self, rect: QRect) -> None:
-        super().setGeometry(rect)
-        self._arrange(rect, move=True)
-
-    def sizeHint(self) -> QSize:
-        return self.minimumSize()
-
-    def minimumSize(self) -> QSize:
-        size = QSize()
-        for item in self._items:
-            size = size.expandedTo(item.minimumSize())
-        return size
-
-    def _arrange(self, rect: QRect, move: bool) -> int:
-        x, y, line = rect.x(), rect.y(), 0
-        for item in self._items:
-            if item.isEmpty():
-                continue
-            hint = item.sizeHint()
-            if x > rect.x() and x + hint.width() > rect.right() + 1:  # wrap
-                x, y, line = rect.x(), y + line + self._line_spacing, 0
-            if move:
-                item.setGeometry(QRect(QPoint(x, y), hint))
-            x += hint.width() + self._spacing
-            line = max(line, hint.height())
-        return y + line - rect.y()
 
 
 class DistributionChart(QWidget):
@@ -257,12 +142,12 @@ class DistributionChart(QWidget):
             self.stage_buttons.removeButton(button)
             self._stage_row.removeWidget(button)
             button.deleteLater()
-        self._stage_names, self._keys = names, stage_keys(names)
+        self._stage_names, self._keys = names, chart_rows.stage_keys(names)
         for index, key in enumerate(self._keys):
-            text = stage_text(key, names)
+            text = chart_rows.stage_text(key, names)
             button = QRadioButton(text, objectName=f"stage_{key}")
             last = stage_label(names[-1]) if names else "the chain"
-            source = greedy_source(names)
+            source = chart_rows.greedy_source(names)
             final = (f"after {last}: what the draw uses" if source is None else
                      f"that greedy chose from (after {stage_label(source)}): greedy takes the most likely")  # fmt: skip
             button.setToolTip("show the candidates' probabilities " + (text if key != "final" else final))
@@ -305,40 +190,7 @@ class DistributionChart(QWidget):
         candidates = self._candidates
         if candidates is None or not 0 <= row < len(candidates.token_ids):
             return ""
-        token_id = candidates.token_ids[row]
-        head = f"<b>{html.escape(repr(self._bar_texts()[row]))}</b>"
-        if token_id >= 0:
-            head += f" &nbsp;token id {token_id}"
-        if self._chosen is not None and token_id == self._chosen:
-            head += " &nbsp;(the token taken)"
-        removed = candidates.removed_by_stage(row)
-        lines = [head, f"<b>removed by {stage_label(removed)}</b>" if removed
-                 else ("kept by every stage" if candidates.removed_by else "")]  # fmt: skip
-        keys = stage_keys(candidates.stage_names) if candidates.stages else ("raw",)
-        cells = "".join(f"<tr><td>{stage_text(key, candidates.stage_names)}</td><td align=right>&nbsp;&nbsp;"
-                        f"{_percent(candidates.stage(key)[row])}</td></tr>" for key in keys)  # fmt: skip
-        return "<br>".join(line for line in lines if line) + f"<table cellspacing=0>{cells}</table>"
-
-    def _removed_now(self, candidates, only) -> list[str | None]:
-        """Per row: the stage that removed it by the stage drawn, where the bars show that stage's own values
-        (not the raw softmax a one-token stage is drawn with)."""
-        key = self._drawn_key(candidates)
-        if only is not None or len(candidates.stage(key)) != len(candidates.tokens):
-            return [None] * len(candidates.token_ids)
-        return removed_by(candidates, key)
-
-    def _greedy_view(self, candidates) -> tuple[str | None, int | None]:
-        """(the stage greedy chose from, the token it keeps) where "final" shows that stage; else (None, None)."""
-        if candidates is None or self.stage() != "final" or greedy_source(candidates.stage_names) is None:
-            return None, None
-        kept = [token_id for token_id, p in zip(candidates.token_ids, candidates.final) if p > 0]
-        return greedy_source(candidates.stage_names), (kept[0] if kept else None)
-
-    def _drawn_key(self, candidates) -> str:
-        """The stage whose values the bars show: the one chosen, but for "final" under greedy the stage greedy
-        chose from (greedy's one token at 1 would say nothing)."""
-        key = self.stage()
-        return (greedy_source(candidates.stage_names) or key) if key == "final" else key
+        return chart_rows.hover_html(candidates, row, self._bar_texts()[row], self._chosen)
 
     def _bar_texts(self) -> tuple[str, ...]:
         if self._candidates is None:
@@ -346,16 +198,7 @@ class DistributionChart(QWidget):
         return self._labels if self._labels is not None else self._candidates.tokens
 
     def _stage_values(self, candidates) -> tuple[tuple, int | None]:
-        """(the probabilities to draw, the token a one-token stage takes or None): the chosen stage's, or
-        the raw softmax where that stage leaves one token (greedy) and a single bar would say nothing. A
-        server reports only raw ones (the other stages are empty)."""
-        values = candidates.stage(self._drawn_key(candidates))
-        if len(values) != len(candidates.tokens):
-            return candidates.raw, None
-        kept = [row for row, p in enumerate(values) if p > 0]
-        if len(kept) == 1 and len(candidates.raw) > 1 and candidates.raw[kept[0]] < 1.0:
-            return candidates.raw, candidates.token_ids[kept[0]]
-        return values, None
+        return chart_rows.stage_values(candidates, self.stage())
 
     def flush(self) -> None:
         """Repaint now if anything changed (tests call this instead of waiting a frame)."""
@@ -405,8 +248,12 @@ class DistributionChart(QWidget):
         values, only = self._stage_values(candidates) if candidates is not None else ((), None)
         probabilities = list(values)
         rows = len(probabilities)
-        source, pick = self._greedy_view(candidates) if only is None else (None, None)
-        note = ONE_TOKEN_NOTE if only is not None else (GREEDY_NOTE.format(stage_label(source)) if source else "")
+        source, pick = chart_rows.greedy_view(candidates, self.stage()) if only is None else (None, None)
+        note = (
+            ONE_TOKEN_NOTE
+            if only is not None
+            else (chart_rows.GREEDY_NOTE.format(stage_label(source)) if source else "")
+        )
         if note and self.stage_note.text() != note:
             self.stage_note.setText(note)
         if self.stage_note.isHidden() != (not note):
@@ -425,7 +272,7 @@ class DistributionChart(QWidget):
                 label.setText(bar_label(tokens[row]) if row < len(tokens) else "")
             self._drawn_tokens = tokens
             self._fit_labels()
-        removed = self._removed_now(candidates, only) if candidates is not None else []
+        removed = chart_rows.removed_now(candidates, self.stage(), only) if candidates is not None else []
         removed += [None] * (TOP_CANDIDATES - len(removed))
         if removed != self._drawn_removed:  # a removed token: greyed, "removed by top-p" where its value was
             for row in range(TOP_CANDIDATES):
@@ -437,7 +284,11 @@ class DistributionChart(QWidget):
             if row >= rows:
                 text = ""
             else:
-                text = f"removed by {stage_label(removed[row])}" if removed[row] else _percent(probabilities[row])
+                text = (
+                    f"removed by {stage_label(removed[row])}"
+                    if removed[row]
+                    else chart_rows.percent(probabilities[row])
+                )
             if label.textItem.toPlainText() != text:
                 label.setText(text)
             if row < rows and label.pos().x() != probabilities[row] + 0.01:

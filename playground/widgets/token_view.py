@@ -6,7 +6,6 @@ batch, so a token costs the same at token 10 and at token 10,000."""
 
 import bisect
 import html
-import math
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor, QFont, QTextCharFormat, QTextCursor, QTextFormat
@@ -14,63 +13,31 @@ from PySide6.QtWidgets import QPlainTextEdit, QTextEdit, QToolTip
 
 from ..palette import DEFAULT_PALETTE, colour
 from ..token_text import REPLACEMENT, candidate_label, incomplete_tail, pending_label, split_chars
-from .chart import stage_label
+from .token_colours import (
+    COLOR_LEVELS,
+    COLOUR_MODES,
+    SOURCE_COLORS,
+    SOURCE_LABELS,
+    colour_level,
+    legend_marks,
+    rank_text,
+    visible,
+)
 
 # Qt lays out the whole paragraph that text is appended to; a paragraph that grows without end would make
 # each token dearer than the last. Past this many characters the view starts a new paragraph at the next
 # word (a line break that only the view shows: text() and traces keep the model's text).
 MAX_BLOCK_CHARS = 1500
-COLOR_LEVELS = 20
-SOURCE_COLORS = {
-    "forced": "#e67e22",
-    "rule": "#8e44ad",
-    "tool": "#16a085",
-    "expanded": "#2f80ed",
-}  # readable on light and dark
 EMPTY_HINT = (
     "The model's text appears here, each token on a color for how likely it was (the legend below: the scale). "
     "Press Generate (Ctrl+Return) or Step (Ctrl+→)."
 )
 SHADE_ALPHA = (0.30, 0.50)  # alternate tokens: neighbours of similar probability still show where each ends
-SOURCE_LABELS = {"model": "drawn by the model", "forced": "forced by you", "rule": "inserted by a rule",
-                 "tool": "inserted by a tool", "expanded": "chosen by an expansion of the tree"}  # fmt: skip
-
-
-# what the tokens' backgrounds can show (the "colourBy" switch under the view): the probability the token was
-# drawn with (red unlikely, green likely), or how sure the model was, on a fixed scale so colours compare
-# across runs: surprisal 0..8 nats, entropy 0..5 nats (green: sure), the model's rank 1..20+ (log scale)
-COLOUR_MODES = ("drawn probability", "surprisal", "entropy", "rank")
-SURPRISAL_TOP, ENTROPY_TOP, RANK_TOP = 8.0, 5.0, 20
-
-
-def colour_level(step, mode: str) -> float | None:
-    """Where the step sits on the mode's scale, 0 (red: unlikely, unsure) to 1 (green); None: not known
-    (a server's step outside its top N, or one that records no entropy)."""
-    if mode == "surprisal":
-        value = step.surprisal
-        return None if value is None else 1.0 - min(max(value, 0.0), SURPRISAL_TOP) / SURPRISAL_TOP
-    if mode == "entropy":
-        value = step.entropy
-        return None if value is None else 1.0 - min(max(value, 0.0), ENTROPY_TOP) / ENTROPY_TOP
-    if mode == "rank":
-        rank = step.model_rank
-        return None if rank <= 0 else 1.0 - min(math.log(rank) / math.log(RANK_TOP), 1.0)
-    return step.probability
 
 
 def legend_html(mode: str, palette: str = DEFAULT_PALETTE) -> str:
     """The legend under the view for a colour mode: the scale's swatches, then the steered tokens' marks."""
-    if mode == "surprisal":
-        title, marks = "nats", [(s, 1 - s / SURPRISAL_TOP) for s in (0, 2, 4, 6, 8)]
-        marks[-1] = ("8+", 0.0)
-    elif mode == "entropy":
-        title, marks = "nats", [(h, 1 - h / ENTROPY_TOP) for h in (0, 1.25, 2.5, 3.75, 5)]
-        marks[-1] = ("5+", 0.0)
-    elif mode == "rank":
-        title = "model's rank"
-        marks = [(r, 1 - math.log(r) / math.log(RANK_TOP)) for r in (1, 2, 5, 10)] + [("20+", 0.0)]
-    else:
-        title, marks = "p", [(p, p) for p in (0.0, 0.25, 0.5, 0.75, 1.0)]
+    title, marks = legend_marks(mode)
     swatches = "".join(
         f'<span style="background-color: {probability_color(level, 0, palette).name(QColor.NameFormat.HexArgb)};">'
         f"&nbsp;{value if isinstance(value, str) else f'{value:g}'}&nbsp;</span>"
@@ -90,29 +57,6 @@ def probability_color(p: float, shade: int = 0, palette: str = DEFAULT_PALETTE) 
 
 def _raw_bytes(token_id: int, token: str) -> bytes:
     return token.encode("utf-8")
-
-
-def rank_text(step) -> str:
-    """The chosen token's rank after each stage ("raw 3 → top-k 2 → final 1"; removed: "removed"), or ""
-    where the step does not record it (a server's step, an older trace)."""
-    if not step.stage_ranks:
-        return ""
-    last = len(step.stage_ranks) - 1
-    ranks = [f"raw {step.model_rank or '?'}"] + [
-        f"{'final' if index == last else stage_label(name)} {rank or 'removed'}"
-        for index, (name, rank) in enumerate(step.stage_ranks)
-    ]
-    return " → ".join(ranks)
-
-
-def visible(token: str) -> str:
-    """Make whitespace visible where it matters: a newline shows as ↵ (then breaks the line), a token of
-    spaces only as middle dots."""
-    if token == "\n":
-        return "↵\n"
-    if token and token.strip(" ") == "":
-        return "·" * len(token)
-    return token.replace("\n", "↵\n")
 
 
 class TokenView(QPlainTextEdit):
