@@ -45,7 +45,8 @@ from .widgets.chart import DistributionChart
 from .widgets.controls import Controls
 from .widgets.elided_label import ElidedLabel
 from .widgets.scroll_column import ScrollColumn
-from .widgets.token_view import COLOUR_MODES, TokenView, legend_html
+from .widgets.token_colours import COLOUR_MODES
+from .widgets.token_view import TokenView, legend_html
 
 HINT = ("Step one token with Ctrl+→ · click a bar to force that token · click a token to see its "
         "distribution, then Continue from here to branch")  # fmt: skip

@@ -158,7 +158,8 @@ def test_the_worker_host_imports_no_feature():
 # The window's Qt-free parts: parsers, numbers, colours, what the GUI knows of the session. Tested without a window;
 # none may import Qt, directly or through another module of the window.
 QT_FREE = ("engines", "inside.shown", "palette", "prompt_check", "recovery.autosave", "remembered", "run_speed",
-           "samplers.parse", "session_view", "token_text", "tree.numbers")  # fmt: skip
+           "samplers.parse", "session_view", "strip.measures", "token_text", "tree.numbers", "widgets.chart_rows",
+           "widgets.token_colours")  # fmt: skip
 
 
 def imports_qt(module: str, graph: dict[str, set[str]], paths: dict[str, Path], seen: frozenset = frozenset()) -> bool:
@@ -173,13 +174,10 @@ def test_the_qt_free_parts_of_the_window_import_no_qt(module):
     assert not imports_qt(f"playground.{module}", import_graph("playground"), paths)
 
 
-# Modules still over the limit, with their line count today: the test fails if one grows or a new one appears;
-# lower the number (or drop the line) when one shrinks.
+# A module over the limit needs a line here with its count (none today): the test fails if one grows past it or a
+# new one appears. Split a module before it gets there.
 MAX_MODULE_LINES = 400
-MODULES_OVER = {
-    "playground/samplers/panel.py": 619,
-    "playground/tree/panel.py": 606,
-}
+MODULES_OVER: dict[str, int] = {}
 
 
 @pytest.mark.parametrize("folder", ["engine", "playground"])
