@@ -8,6 +8,7 @@ os.environ.setdefault(
 )
 
 import pytest
+from vllm_server import vllm_server  # noqa: F401  (a session fixture: vLLM's server)
 
 import engine
 
