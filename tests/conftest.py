@@ -8,7 +8,7 @@ os.environ.setdefault(
 )
 
 import pytest
-from vllm_server import vllm_server  # noqa: F401  (a session fixture: vLLM's server)
+from vllm_server import vllm_processed_server, vllm_server  # noqa: F401  (session fixtures: vLLM's servers)
 
 import engine
 

@@ -51,7 +51,8 @@ def test_connects_and_detects_what_the_server_supports(server_model, llama_serve
     assert server_model.name.startswith("SmolLM2-135M-Instruct.Q4_1.gguf @ http://127.0.0.1:")
     caps = server_model.protocol
     # its echo is shifted by a position that depends on the prompt (engine/backends/remote/model.py _find_scoring)
-    assert caps == {"tokenize": "llama-cpp-python", "token_id_prompts": False, "scoring": "per position"}
+    assert caps == {"tokenize": "llama-cpp-python", "token_id_prompts": False, "scoring": "per position",
+                    "logprobs": "raw", "alternatives": 20}  # fmt: skip
     assert server_model.tokenizer.encode(PROMPT) == engine.load_model("smollm2", backend="numpy").tokenizer.encode(
         PROMPT
     )

@@ -246,7 +246,8 @@ def server():
 def connect(server, timeout=5.0) -> RemoteModel:
     model = RemoteModel(server.url, timeout=timeout, retries=1)
     server.clients.append(model)
-    assert model.protocol == {"tokenize": "llama-server", "token_id_prompts": True, "scoring": "echo"}
+    assert model.protocol == {"tokenize": "llama-server", "token_id_prompts": True, "scoring": "echo",
+                              "logprobs": "raw", "alternatives": 20}  # fmt: skip
     assert model.context_length == 512
     return model
 

@@ -44,7 +44,9 @@ def vllm_greedy(url: str, prompt, max_tokens: int) -> tuple[list[int], list[floa
 
 def test_greedy_is_vllms_own(model, vllm_server):
     """Greedy through the playground, step by step and streamed, is vLLM's own greedy, token id for token id."""
-    assert model.protocol == {"tokenize": "vllm", "token_id_prompts": True, "scoring": "echo"}
+    assert model.protocol == {"tokenize": "vllm", "token_id_prompts": True, "scoring": "echo", "logprobs": "raw",
+                              "alternatives": 20}  # vLLM's default logprobs mode: raw_logprobs  # fmt: skip
+    assert model.describe()["logprobs"] == "raw"
     assert model.name.startswith("SmolLM2-135M-Instruct @ http://127.0.0.1:") and model.context_length == 2048
     ids, _, _ = vllm_greedy(vllm_server, PROMPT, 20)
     for stream in (False, True):
@@ -116,3 +118,13 @@ def test_stop_mid_stream_then_go_on(model, vllm_server):
     cut = len(session.prompt_ids) + len(ids) + len(model.tokenizer.encode(" The capital of Germany is"))
     expected, _, _ = vllm_greedy(vllm_server, session.ids[:cut], len(session.ids) - cut)
     assert session.ids[cut:] == expected
+
+
+def test_a_server_that_reports_what_it_samples_from_is_said_to(vllm_processed_server):
+    """vLLM with --logprobs-mode processed_logprobs: its numbers are after temperature, and the engine says so
+    (describe()["logprobs"]; the window's note under the chart), where the default server's are raw."""
+    model = engine.load_model(vllm_processed_server)
+    try:
+        assert model.describe()["logprobs"] == "processed" and model.describe()["alternatives"] == 20
+    finally:
+        model.close()

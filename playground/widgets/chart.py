@@ -30,6 +30,13 @@ EMPTY_HINT = "Press Step (Ctrl+→): the next token's\ncandidates appear here as
 REMOVED_COLOR = "#8a8a8a"  # a removed candidate's label: grey on the light and the dark palettes
 
 
+SERVER_LOGPROBS = {  # what a server's log-probabilities are, as the note under the chart says it
+    "raw": "raw log-probabilities, before its sampler",
+    "processed": "log-probabilities as its sampler shaped them: after temperature and its filters",
+    "unknown": "log-probabilities it does not say are before or after its sampler",
+}
+
+
 class DistributionChart(QWidget):
     barClicked = Signal(int, str)  # the clicked bar's token id (-1 if a server gave only its text) and text
 
@@ -337,16 +344,18 @@ class DistributionChart(QWidget):
         """Where bar `row` (or its label) is drawn, in scene coordinates (tests click it there)."""
         return self.plot.getPlotItem().vb.mapViewToScene(QPointF(0.02, row))
 
-    def set_full_distribution(self, full: bool) -> None:
-        """Whether every stage can be shown. A server reports its top 20 raw log-probabilities only: say so,
-        and offer only that stage."""
+    def set_full_distribution(self, full: bool, logprobs: str | None = "raw", alternatives: int = 20) -> None:
+        """Whether every stage can be shown. A server reports its top N only, raw (before its sampler), processed
+        (as its sampler shaped them) or it does not say (engine's describe()["logprobs"]): say which, and offer
+        only that stage."""
         self._full = full
         for index, key in enumerate(self._keys):
             self.stage_buttons.button(index).setEnabled(full or key == "raw")
         if not full:
             self.set_stage("raw")
-        self.set_source_note("" if full else "The server's top 20 (raw log-probabilities, before its sampler); "
-                             "tokens outside them are unknown, not zero. The server samples.")  # fmt: skip
+        what = SERVER_LOGPROBS.get(logprobs, SERVER_LOGPROBS["unknown"])
+        self.set_source_note("" if full else f"The server's top {alternatives} ({what}); tokens outside them are "
+                             "unknown, not zero. The server samples.")  # fmt: skip
 
     def set_source_note(self, text: str) -> None:
         """A line under the chart saying where the numbers come from (e.g. a server's top-N)."""

@@ -41,6 +41,8 @@ class RemoteModel(Server):
             "server_model": self.model_id,
             "prompt_format": "token ids" if self.protocol.get("token_id_prompts") else "text",
             "scoring": scoring.get(self.protocol.get("scoring"), "unknown"),
+            "logprobs": self.protocol.get("logprobs", "unknown"),  # raw (before its sampler), processed, or unknown
+            "alternatives": self.protocol.get("alternatives", 0),  # the top N it gives per token
         }
 
 

@@ -87,6 +87,7 @@ class Server:
         self.protocol["tokenize"] = self._find_tokenizer()
         self.protocol["token_id_prompts"] = self._accepts_token_ids()
         self.protocol.update(self._find_scoring())
+        self.protocol.update(self._find_logprobs())
         self.context_length = self._find_context_length(entry)
 
     def _find_tokenizer(self) -> str:
@@ -134,6 +135,17 @@ class Server:
         if best_last == best_next and abs(last[best_last] - following[best_next]) < 1e-3:
             return {"scoring": "per position"}  # shifted: llama-cpp-python
         return {"scoring": "echo"}
+
+    def _find_logprobs(self) -> dict:
+        """What the server's log-probabilities are (logprobs_kind: "raw", "processed" or "unknown"), found by asking
+        one position at temperature 1 and 0.5, and how many alternatives it gives per token (asked: TOP_N)."""
+        text = "The capital of France is"
+        prompt, tops = self._prompt(self.tokenize(text), text), []
+        for temperature in (1.0, 0.5):
+            tokens = self._complete({"prompt": prompt, "max_tokens": 1, "logprobs": TOP_N, "temperature": temperature,
+                                     "seed": 0, "min_tokens": 1})  # fmt: skip
+            tops.append(tokens[0].top if tokens else TopN())
+        return {"logprobs": logprobs_kind(*tops), "alternatives": max(len(top.entries) for top in tops)}
 
     def _find_context_length(self, entry: dict) -> int:
         """llama-server's /props n_ctx, else vLLM's max_model_len in the model's /v1/models entry."""
@@ -326,6 +338,27 @@ class Server:
             surprisal=-logprob if logprob is not None else None,
             margin=candidates.raw[0] - candidates.raw[1] if len(candidates.raw) > 1 else None,  # the top 2 are known
         )
+
+
+KIND_TOLERANCE = 0.2  # log-probability: llama-server's move by up to ~0.1 with what its cache holds
+
+
+def logprobs_kind(at_one: TopN, at_half: TopN) -> str:
+    """Whether a server's log-probabilities are "raw" (the model's own: the same at any temperature; vLLM's default,
+    llama-server, llama-cpp-python) or "processed" (the distribution it samples from: at temperature 0.5 each is
+    about 2 lp - log sum exp(2 lp) of its value at 1, the top N standing in for the vocabulary; vLLM's
+    --logprobs-mode processed_logprobs, SGLang), from the same position's top N at temperature 1 and 0.5;
+    "unknown" where neither fits (too few alternatives, or numbers that fit neither)."""
+    shared = [text for text in list(at_one)[:5] if text in at_half]
+    if len(shared) < 2:
+        return "unknown"
+    doubled = [2 * lp for lp in at_one.values()]
+    norm = max(doubled) + math.log(sum(math.exp(d - max(doubled)) for d in doubled))
+    raw = max(abs(at_half[t] - at_one[t]) for t in shared)
+    processed = max(abs(at_half[t] - (2 * at_one[t] - norm)) for t in shared)
+    if min(raw, processed) >= KIND_TOLERANCE:
+        return "unknown"
+    return "raw" if raw <= processed else "processed"
 
 
 def _rank(candidates: Candidates, text: str, token_id: int) -> int:
