@@ -1,13 +1,16 @@
 """A model behind an inference server: what one step costs, and streaming, against the server on its own.
 
-    python bench/remote_speed.py [--url http://127.0.0.1:8080/v1] [--tokens 48]
+    python bench/remote_speed.py [--url http://127.0.0.1:8080/v1] [--tokens 48] [--rounds 5]
 
 Without --url it starts llama-cpp-python's server on loopback with SmolLM2 (the same GGUF file as
 bench/gguf_speed.py). Prints the median step latency through the server (one token per request, with the
 top-20 log-probabilities), a step right after a rewind (the server's prefix cache makes it cheap),
 streaming tokens per second with log-probabilities through engine.Session, and the server's own streaming
-rate with and without log-probabilities, all in one run. (llama-cpp-python's server spends most of a token
-on log-probabilities: it sorts the whole vocabulary in Python for each one.)
+rate with and without log-probabilities, all in one run: the Session's streaming and the server's own (with
+log-probabilities) alternate for --rounds rounds, and their ratio is given per round. Then the requests an
+insert and a forced token cost (one echoing request for a whole insert where the server's echo lines up: vLLM).
+(llama-cpp-python's server spends most of a token on log-probabilities: it sorts the whole vocabulary in Python
+for each one.) On vLLM: start its server as tests/vllm_server.py does and pass --url.
 """
 
 import argparse
@@ -60,9 +63,8 @@ def step_latency(model, tokens):
 
 def streaming_rate(model, tokens):
     session = engine.Session(model, PROMPT, max_new_tokens=tokens, temperature=0.8, seed=2)
-    session.stream_generation = True
     started = time.perf_counter()
-    taken = session.run()
+    taken = session.run(stream=True)
     return len(taken) / (time.perf_counter() - started)
 
 
@@ -80,10 +82,29 @@ def raw_server_rate(model, tokens, logprobs=None):
     return count / (time.perf_counter() - started)
 
 
+INSERTED = " and the old sailor told them a story about the sea"
+
+
+def requests_per_steer(model) -> tuple[int, int, int]:
+    """(tokens inserted, requests the insert cost (its tokenizing included), requests a forced token and the next
+    step cost)."""
+    session = engine.Session(model, PROMPT, max_new_tokens=8, temperature=0)
+    session.step()
+    before = model.connection.requests
+    session.insert_text(INSERTED)
+    inserted = model.connection.requests - before
+    count, whale = len(model.tokenizer.encode(INSERTED)), model.tokenizer.encode(" whale")[0]
+    before = model.connection.requests
+    session.force_token(whale)
+    session.step()
+    return count, inserted, model.connection.requests - before
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--url")
     parser.add_argument("--tokens", type=int, default=48)
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     server = None
     url = args.url
@@ -92,22 +113,28 @@ def main():
     try:
         model = engine.load_model(url)
         step, after_rewind = step_latency(model, args.tokens)
-        streamed = streaming_rate(model, args.tokens)
+        rounds = []  # (Session, the server alone with logprobs), alternating: both see the same load
+        for _ in range(args.rounds):
+            rounds.append((streaming_rate(model, args.tokens), raw_server_rate(model, args.tokens, logprobs=20)))
+        streamed, raw_logprobs = (statistics.median(side) for side in zip(*rounds))
+        ratios = sorted(s / r for s, r in rounds)
         raw = raw_server_rate(model, args.tokens)
-        raw_logprobs = raw_server_rate(model, args.tokens, logprobs=20)
+        inserted_tokens, insert_requests, force_requests = requests_per_steer(model)
         print(f"{model.name} (prompts sent as {'token ids' if model.protocol['token_id_prompts'] else 'text'})")
         print(f"  step through the server (1 token per request, top 20) median {step * 1000:6.1f} ms")
         print(f"  step right after rewinding 5 tokens (prefix cache)         median {after_rewind * 1000:6.1f} ms")
         print(f"  streaming through engine.Session, with top-20 logprobs     {streamed:6.1f} tokens/s")
         print(
             f"  the server streaming on its own, with top-20 logprobs      {raw_logprobs:6.1f} tokens/s"
-            f"  (Session: {streamed / raw_logprobs:.2f}x)"
+            f"  (Session: {ratios[0]:.2f}-{ratios[-1]:.2f}x over {len(rounds)} rounds)"
         )
         print(
             f"  the server streaming on its own, no logprobs               {raw:6.1f} tokens/s"
             f"  (Session: {streamed / raw:.2f}x)"
         )
-        print("command: python bench/remote_speed.py")
+        print(f"  an insert of {inserted_tokens} tokens: {insert_requests} request(s); a forced token and its step: "
+              f"{force_requests} request(s) (scoring: {model.protocol['scoring']})")  # fmt: skip
+        print("command: python bench/remote_speed.py" + (f" --url {args.url}" if args.url else ""))
     finally:
         if server is not None:
             server.terminate()

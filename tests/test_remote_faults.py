@@ -287,6 +287,24 @@ def unchanged_and_usable(session, before, server, tmp_path):
     assert session.step() is not None and session.stopped is None
 
 
+def test_an_insert_is_scored_in_one_request_whatever_its_length(server):
+    """Where prompts go as token ids and the echo lines up, an insert costs its tokenizing and one echoing request:
+    each new token's text comes from the echo, not from a request of its own (it was 12 more for 12 tokens)."""
+    model = connect(server)
+    session = Session(model, PROMPT, max_new_tokens=40, temperature=0)
+    session.step()
+    before = model.connection.requests
+    session.insert_text("abcdefghijkl")
+    assert model.connection.requests - before == 2
+    assert [s.token for s in session.steps[1:]] == list("abcdefghijkl") and session.text == PROMPT + "tabcdefghijkl"
+    per_position = connect(server)
+    per_position.protocol["scoring"] = "per position"  # one request per token: the numbers the echo must give
+    other = Session(per_position, PROMPT, max_new_tokens=40, temperature=0)
+    other.step()
+    other.insert_text("abcdefghijkl")
+    assert session.steps == other.steps
+
+
 def test_the_fake_server_is_a_good_server(server):
     model = connect(server)
     session = started(model, stream=True)

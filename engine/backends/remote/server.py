@@ -233,6 +233,10 @@ class Server:
         server's top N at its position: the distribution each forced token went into. One echoing request
         where the server echoes and its entries line up with the tokens; else one request per position."""
         new_ids = [int(i) for i in new_ids]
+        if self.protocol.get("scoring") == "echo" and self.protocol.get("token_id_prompts"):
+            scored = self._score_by_echoed_ids(ids, new_ids)  # one request, whatever the insert's length
+            if scored is not None:
+                return scored
         pieces = [self.tokenizer.piece(i) for i in new_ids]
         scored = self._score_by_echo(ids, text, new_ids, pieces) if self.protocol.get("scoring") == "echo" else None
         return scored if scored is not None else self._score_per_position(ids, text, new_ids, pieces)
@@ -251,6 +255,17 @@ class Server:
         if not all(tops):  # a server's first entry has none
             return None
         return [_scored(token_id, piece, top) for token_id, piece, top in zip(new_ids, pieces, tops)]
+
+    def _score_by_echoed_ids(self, ids, new_ids) -> list[Token] | None:
+        """Where prompts go as token ids, the echo holds one entry per id, in order (checked: _echoed), so entry
+        len(ids) + j is new token j's, with its text as the server decodes it: no request per token for its text.
+        None (the caller reads the texts and aligns by them) where an entry has no top N or a text that is not
+        the token's whole text (a piece of a character, bytes)."""
+        echoed, _ = self._echo(list(ids) + new_ids, "")
+        entries = echoed[len(ids) : len(ids) + len(new_ids)]
+        if len(entries) != len(new_ids) or not all(e.top and e.text and "\ufffd" not in e.text for e in entries):
+            return None
+        return [_scored(token_id, entry.text, entry.top) for token_id, entry in zip(new_ids, entries)]
 
     def _score_per_position(self, ids, text, new_ids, pieces) -> list[Token]:
         """One greedy one-token request per new token, on the context so far: its top N is the distribution
