@@ -208,11 +208,11 @@ class Session(TreeCommands, Steering):
         self.interrupt()
         stream_of = seed_streams(here, settings)
         ids = self.ids[: len(self.prompt_ids) + keep]
-        if keep == len(self.steps):
+        # as rewind leaves it, and put back bit for bit after: from the end too, where the seeds' first read (the
+        # whole text again after steer_heads) would otherwise stay in the cache, in another chunking than a
+        # session without the seeds (which are not logged: replay) reads it
+        with self._context.rewound(len(ids)):
             run = run_seeds(self._context, self.model, ids, here.text, settings, seeds, limit, stream_of)
-        else:
-            with self._context.rewound(len(ids)):  # as rewind leaves it; the positions after are put back
-                run = run_seeds(self._context, self.model, ids, here.text, settings, seeds, limit, stream_of)
         return replace(run, at=keep)
 
     def _standing(self, keep: int) -> Standing:
