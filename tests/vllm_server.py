@@ -21,7 +21,6 @@ interpreter cannot import vllm, the tests that use the fixture are skipped, sayi
 3. Torn down with its process group (the API server, its engine core and its worker).
 """
 
-import fcntl
 import hashlib
 import os
 import shutil
@@ -33,6 +32,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from local_servers import free_port, locked
 
 import engine
 
@@ -70,16 +70,6 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-@contextmanager
-def _locked(path: Path):
-    with open(path, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
 def hf_folder(python: str, gguf_file: Path) -> Path:
     """The cached Hugging Face folder made from the GGUF file (converted first if this machine has none)."""
     from engine.model_packages import cache_root
@@ -88,7 +78,7 @@ def hf_folder(python: str, gguf_file: Path) -> Path:
     if (target / "config.json").exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(target.parent / f"{target.name}.lock"):
+    with locked(target.parent / f"{target.name}.lock"):
         if (target / "config.json").exists():  # another process converted it while we waited
             return target
         building = target.parent / f"{target.name}.building-{os.getpid()}"
@@ -103,21 +93,13 @@ def hf_folder(python: str, gguf_file: Path) -> Path:
     return target
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @contextmanager
 def serve_vllm(python: str, folder: Path, log_path: Path, timeout: float = VLLM_START_TIMEOUT, extra=()):
     """vLLM's OpenAI server on a free loopback port (extra: more of its flags) -> its /v1 URL, until the block
     ends."""
     import httpx
 
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}/v1"
     command = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder),
                "--served-model-name", SERVED_NAME, *SERVER_ARGS, *extra, "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
