@@ -31,7 +31,7 @@ def test_connects_and_detects_what_it_supports(model, llama_cpp_server, smollm2)
     assert model.url == llama_cpp_server and model.context_length == 2048
     assert model.name.startswith("SmolLM2-135M-Instruct.Q4_1.gguf @ http://127.0.0.1:")
     assert model.protocol == {"tokenize": "llama-server", "token_id_prompts": True, "scoring": "per position",
-                              "logprobs": "raw", "alternatives": 20}  # fmt: skip
+                              "logprobs": "raw", "alternatives": 20, "ids": "every token"}  # fmt: skip
     assert model.tokenizer.encode(CHAT) == smollm2.tokenizer.encode(CHAT)
     trace = Session(model, PROMPT).trace()["model"]
     assert trace["prompt_format"] == "token ids" and trace["scoring"].startswith("one request per position")

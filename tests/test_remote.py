@@ -52,7 +52,7 @@ def test_connects_and_detects_what_the_server_supports(server_model, llama_serve
     caps = server_model.protocol
     # its echo is shifted by a position that depends on the prompt (engine/backends/remote/model.py _find_scoring)
     assert caps == {"tokenize": "llama-cpp-python", "token_id_prompts": False, "scoring": "per position",
-                    "logprobs": "raw", "alternatives": 20}  # fmt: skip
+                    "logprobs": "raw", "alternatives": 20, "ids": "by text"}  # fmt: skip
     assert server_model.tokenizer.encode(PROMPT) == engine.load_model("smollm2", backend="numpy").tokenizer.encode(
         PROMPT
     )

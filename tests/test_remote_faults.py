@@ -79,6 +79,8 @@ MALFORMED = {  # fault -> (what it does to a good answer, what the error says)
     "no token, no reason": (_set(("choices", 0), {"text": "", "logprobs": {"tokens": [], "token_logprobs": [], "top_logprobs": []}, "finish_reason": None}),
                             r"finish_reason = None, expected why it sent 0 of the 1 tokens asked"),
     "unknown finish reason": (_set(("choices", 0, "finish_reason"), "abort"), r"finish_reason = 'abort', expected null or one of stop, length"),
+    "token id as text": (_set(("choices", 0), lambda c: {**c, "token_ids": ["65"]}), r"choices\[0\]\.token_ids\[0\] = '65', expected a token id"),
+    "more ids than tokens": (_set(("choices", 0), lambda c: {**c, "token_ids": list(range(65, 265))}), r"choices\[0\]\.token_ids = .*, expected at most one id per token"),
     "short echo": (lambda a: a, r"choices\[0\]\.logprobs = '\d+ entries', expected the prompt's \d+ tokens, then up to 1 more"),
 }  # fmt: skip
 
@@ -247,7 +249,7 @@ def connect(server, timeout=5.0) -> RemoteModel:
     model = RemoteModel(server.url, timeout=timeout, retries=1)
     server.clients.append(model)
     assert model.protocol == {"tokenize": "llama-server", "token_id_prompts": True, "scoring": "echo",
-                              "logprobs": "raw", "alternatives": 20}  # fmt: skip
+                              "logprobs": "raw", "alternatives": 20, "ids": "by text"}  # fmt: skip
     assert model.context_length == 512
     return model
 

@@ -45,7 +45,7 @@ def vllm_greedy(url: str, prompt, max_tokens: int) -> tuple[list[int], list[floa
 def test_greedy_is_vllms_own(model, vllm_server):
     """Greedy through the playground, step by step and streamed, is vLLM's own greedy, token id for token id."""
     assert model.protocol == {"tokenize": "vllm", "token_id_prompts": True, "scoring": "echo", "logprobs": "raw",
-                              "alternatives": 20}  # vLLM's default logprobs mode: raw_logprobs  # fmt: skip
+                              "alternatives": 20, "ids": "every token"}  # vLLM's default logprobs mode: raw_logprobs  # fmt: skip
     assert model.describe()["logprobs"] == "raw"
     assert model.name.startswith("SmolLM2-135M-Instruct @ http://127.0.0.1:") and model.context_length == 2048
     ids, _, _ = vllm_greedy(vllm_server, PROMPT, 20)
@@ -71,13 +71,45 @@ def test_probabilities_are_the_servers_log_probabilities(model, vllm_server):
         assert step.model_rank == 1 and step.surprisal == pytest.approx(-logprob, abs=TOLERANCE)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 27, exact ids: the engine does not ask vLLM for return_tokens_as_"
-                   "token_ids yet, so the top 20 come back as text and their ids stay -1")  # fmt: skip
-def test_the_top_20_are_named_by_id(model, vllm_server):
+def test_every_token_is_named_by_id_with_one_request_a_step(model, vllm_server):
+    """The model's tokenizer is on this machine (vLLM names its folder): every token comes named by id
+    (return_tokens_as_token_ids), the top 20 included, with its text from that tokenizer, equal to vLLM's own
+    text; a step is one request, an insert of 10 tokens one request (no /tokenize, no /detokenize)."""
     session = Session(model, PROMPT, temperature=0)
+    before = model.connection.requests
     step = session.step()
+    assert model.connection.requests - before == 1
     _, _, tops = vllm_greedy(vllm_server, PROMPT, 1)
     assert list(step.candidates.token_ids) == [i for i, _ in sorted(tops[0].items(), key=lambda item: -item[1])]
+    texts = vllm(vllm_server, prompt=PROMPT, max_tokens=1, temperature=0, logprobs=20)["logprobs"]["top_logprobs"][0]
+    assert list(step.candidates.tokens) == [t for t, _ in sorted(texts.items(), key=lambda item: -item[1])]
+    before = model.connection.requests
+    steps = session.insert_text(" Germany and Japan, 日本, café")
+    assert model.connection.requests - before == 1 and len(steps) == 10
+    own = vllm(vllm_server, prompt=session.ids, max_tokens=1, temperature=0, prompt_logprobs=0)["prompt_logprobs"]
+    for k, inserted in enumerate(steps, start=len(session.ids) - len(steps)):
+        expected = own[k][str(inserted.token_id)]
+        assert inserted.token == expected["decoded_token"] or "\ufffd" in inserted.token
+        assert inserted.probability == pytest.approx(math.exp(expected["logprob"]), abs=TOLERANCE)
+
+
+def test_without_the_tokenizer_here_the_drawn_tokens_still_come_with_their_ids(vllm_server, monkeypatch):
+    """Where the model's tokenizer is not on this machine (a server elsewhere), vLLM's return_token_ids gives
+    the drawn tokens' ids: a streamed generation asks nothing by text (before: ~25 /tokenize requests per 48
+    tokens), and its ids are vLLM's greedy ids; the alternatives stay named by text (id -1)."""
+    monkeypatch.setattr("engine.backends.remote.exact_ids.tokenizer_file", lambda root: None)
+    model = engine.load_model(vllm_server)
+    try:
+        assert model.protocol["ids"] == "drawn tokens" and model.local is None
+        session = Session(model, PROMPT, max_new_tokens=48, temperature=0)
+        before = model.connection.requests
+        session.run(stream=True)
+        assert model.connection.requests == before  # the stream itself is not a counted request
+        ids, _, _ = vllm_greedy(vllm_server, PROMPT, 48)
+        assert [s.token_id for s in session.steps] == ids[: len(session.steps)] and len(session.steps) >= 8
+        assert set(session.steps[0].candidates.token_ids) == {-1}
+    finally:
+        model.close()
 
 
 def test_a_forced_token_far_outside_the_top_20_keeps_its_probability(model, vllm_server):

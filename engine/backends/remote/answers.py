@@ -166,7 +166,19 @@ def _tokens(choice: dict, limit: int) -> list[Token]:
         out = _completions_form(logprobs, "choices[0].logprobs")
     if out and choice.get("finish_reason"):
         out[-1] = replace(out[-1], finish=choice["finish_reason"])
-    return out
+    return _with_ids(out, choice.get("token_ids"), limit)
+
+
+def _with_ids(tokens: list[Token], ids, limit: int) -> list[Token]:
+    """vLLM's token_ids (return_token_ids): the completion's ids, which are the last entries (after an echo's)."""
+    if ids is None:
+        return tokens
+    ids = _list(ids, "choices[0].token_ids", f"a list of the completion's token ids (at most {len(tokens)})")
+    if len(ids) > len(tokens):
+        raise _Malformed("choices[0].token_ids", ids, f"at most one id per token ({len(tokens)})")
+    start = len(tokens) - len(ids)
+    named = [_token_id(i, f"choices[0].token_ids[{k}]", limit) for k, i in enumerate(ids)]
+    return tokens[:start] + [replace(t, id=i) for t, i in zip(tokens[start:], named)]
 
 
 def _completions_form(logprobs: dict, field: str) -> list[Token]:

@@ -43,6 +43,7 @@ class RemoteModel(Server):
             "scoring": scoring.get(self.protocol.get("scoring"), "unknown"),
             "logprobs": self.protocol.get("logprobs", "unknown"),  # raw (before its sampler), processed, or unknown
             "alternatives": self.protocol.get("alternatives", 0),  # the top N it gives per token
+            "ids": self.protocol.get("ids", "by text"),  # which tokens come with their ids: every token, drawn tokens
         }
 
 

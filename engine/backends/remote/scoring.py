@@ -10,7 +10,7 @@ TOP_N = 20  # alternatives asked for per token
 
 class Scoring:
     """Forced tokens scored, for a Server (which gives connection, protocol, tokenizer, model_id, id_limit, _prompt,
-    next_distribution)."""
+    next_distribution, id_fields, _read)."""
 
     def score(self, ids, text, new_ids: list[int]) -> list[Token]:
         """Each new token (after the context), as its id's own text, with its log-probability and the
@@ -47,8 +47,10 @@ class Scoring:
         the token's whole text (a piece of a character, bytes)."""
         echoed, _ = self._echo(list(ids) + new_ids, "")
         entries = echoed[len(ids) : len(ids) + len(new_ids)]
-        if len(entries) != len(new_ids) or not all(e.top and e.text and "\ufffd" not in e.text for e in entries):
+        if len(entries) != len(new_ids) or not all(e.top for e in entries):
             return None
+        if [e.id for e in entries] != new_ids and not all(e.text and "\ufffd" not in e.text for e in entries):
+            return None  # (where the server names the echo's ids, they must be ours; their texts are whole then)
         return [_scored(token_id, entry.text, entry.top) for token_id, entry in zip(new_ids, entries)]
 
     def _score_per_position(self, ids, text, new_ids, pieces) -> list[Token]:
@@ -67,8 +69,13 @@ class Scoring:
         prompt = self._prompt(ids, text)
         asked = len(prompt) if isinstance(prompt, list) else None  # a text prompt: the server tokenizes it
         payload = {"model": self.model_id, "prompt": prompt, "max_tokens": 1, "logprobs": TOP_N, "echo": True,
-                   "temperature": 0}  # fmt: skip
-        return self.connection.post("/completions", payload, check=lambda answer: _echoed(answer, self.id_limit, asked))
+                   "temperature": 0, **self.id_fields}  # fmt: skip
+
+        def check(answer):
+            tokens, extra = _echoed(answer, self.id_limit, asked)
+            return self._read(tokens), extra
+
+        return self.connection.post("/completions", payload, check=check)
 
 
 def _align(echoed: list[Token], expected: list[str], extra: int) -> int | None:

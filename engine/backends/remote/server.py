@@ -11,6 +11,7 @@ import math
 from contextlib import closing
 from dataclasses import replace
 
+from engine.backends.remote import exact_ids
 from engine.backends.remote.answers import (
     END_REASONS,
     MAX_TOKEN_ID,
@@ -61,6 +62,8 @@ class Server(Scoring):
         self.id_limit = MAX_TOKEN_ID + 1  # ids the server may name are below this (its vocabulary, where it says)
         self.weights_sha256 = ""  # unknown: a trace records the server and model instead
         self.protocol: dict = {}
+        self.local = None  # the server's own tokenizer, read here (exact_ids.py), where it is on this machine
+        self.id_fields: dict = {}  # what every completion request adds for exact ids (_find_ids)
         try:
             self._connect(model_name)
         except BaseException:
@@ -87,6 +90,7 @@ class Server(Scoring):
         self.protocol["token_id_prompts"] = self._accepts_token_ids()
         self.protocol.update(self._find_scoring())
         self.protocol.update(self._find_logprobs())
+        self.protocol["ids"] = self._find_ids(entry)
         self.context_length = self._find_context_length(entry)
 
     def _find_tokenizer(self) -> str:
@@ -146,6 +150,36 @@ class Server(Scoring):
             tops.append(tokens[0].top if tokens else TopN())
         return {"logprobs": logprobs_kind(*tops), "alternatives": max(len(top.entries) for top in tops)}
 
+    def _find_ids(self, entry: dict) -> str:
+        """Which tokens come with their ids (exact_ids.py): "every token" (llama-server names them all; vLLM where its
+        tokenizer is here too, asked with return_tokens_as_token_ids), "drawn tokens" (vLLM's return_token_ids), or
+        "by text" (looked up by their text). A server that refuses a field does not offer it."""
+        probe = {"model": self.model_id, "prompt": self._prompt(self.tokenize("Hello"), "Hello"), "max_tokens": 1,
+                 "logprobs": 2, "temperature": 0}  # fmt: skip
+        ask = lambda fields: self.connection.post("/completions", {**probe, **fields},  # noqa: E731
+                                                  check=lambda answer: _completion(answer, self.id_limit, 1))  # fmt: skip
+        try:
+            plain = ask({})
+            if plain and plain[0].id is not None and all(i >= 0 for *_, i in plain[0].top.entries):
+                return "every token"
+            path = exact_ids.tokenizer_file(entry.get("root"))
+            local = exact_ids.local_tokenizer(path, self.tokenize, self.detokenize) if path else None
+            named = ask(exact_ids.NAMED_FIELD) if local is not None else []
+            if named and all(exact_ids.NAMED.match(name) for token in named for name in (token.text, *token.top)):
+                self.local, self.id_fields = local, exact_ids.NAMED_FIELD
+                return "every token"
+            chosen = ask(exact_ids.CHOSEN_FIELD)
+            if chosen and chosen[0].id is not None:
+                self.id_fields = exact_ids.CHOSEN_FIELD
+                return "drawn tokens"
+        except ValueError:
+            pass
+        return "by text"
+
+    def _read(self, tokens: list[Token]) -> list[Token]:
+        """Tokens as the server named them, with ids and texts where it named every token by id."""
+        return exact_ids.named_tokens(tokens, self.tokenizer.piece, self.id_limit) if self.local else tokens
+
     def _find_context_length(self, entry: dict) -> int:
         """llama-server's /props n_ctx, else vLLM's max_model_len in the model's /v1/models entry."""
         try:
@@ -157,6 +191,8 @@ class Server(Scoring):
 
     # --- tokens ----------------------------------------------------------------------------------------
     def tokenize(self, text: str) -> list[int]:
+        if self.local:
+            return self.local.encode(text, add_special_tokens=False).ids
         kind = self.protocol.get("tokenize", "llama-cpp-python")
         if kind == "llama-server":
             path, payload = "/tokenize", {"content": text, "add_special": False}
@@ -167,6 +203,8 @@ class Server(Scoring):
         return self.connection.post(path, payload, root=True, check=self._token_ids)
 
     def detokenize(self, ids: list[int]) -> str:
+        if self.local:
+            return self.local.decode(ids, skip_special_tokens=False)
         kind = self.protocol.get("tokenize")
         if kind == "llama-server":
             path, payload, key = "/detokenize", {"tokens": ids}, "content"
@@ -205,14 +243,14 @@ class Server(Scoring):
         """Tokens drawn by the server one by one as they arrive; close the generator to stop at once. A
         stream that ends without the server's finish reason (a cut connection) is a ValueError."""
         payload = {"model": self.model_id, "prompt": self._prompt(ids, text), "max_tokens": max_tokens,
-                   "logprobs": TOP_N, "stream": True, **self.sampling(settings)}  # fmt: skip
+                   "logprobs": TOP_N, "stream": True, **self.sampling(settings), **self.id_fields}  # fmt: skip
         url, finished, crossed = self.url + "/completions", False, False
         with closing(self.connection.events(url, payload)) as events:
             for data in events:
                 if data == "[DONE]":
                     break
                 chunk = self.connection.json(data, url)
-                tokens, finish = self.connection.checked(lambda answer: _streamed(answer, self.id_limit), chunk, url)
+                tokens, finish = self.connection.checked(self._streamed, chunk, url)
                 finished = finished or finish is not None
                 for token in tokens:
                     token, asked = self._looked_up(token, ask=False), self.connection.requests
@@ -237,8 +275,12 @@ class Server(Scoring):
 
     def _complete(self, payload: dict) -> list[Token]:
         """A one-token completion's tokens, checked: one, or none where the server ended the text."""
-        return self.connection.post("/completions", {"model": self.model_id, **payload},
-                          check=lambda answer: _completion(answer, self.id_limit, payload["max_tokens"]))  # fmt: skip
+        return self.connection.post("/completions", {"model": self.model_id, **payload, **self.id_fields},
+                          check=lambda answer: self._read(_completion(answer, self.id_limit, payload["max_tokens"])))  # fmt: skip
+
+    def _streamed(self, chunk: dict) -> tuple[list[Token], str | None]:
+        tokens, finish = _streamed(chunk, self.id_limit)
+        return self._read(tokens), finish
 
     def _looked_up(self, token: Token, ask: bool = True) -> Token:
         """The token with what make_step asks the server made known now (its id by its text; the text of
