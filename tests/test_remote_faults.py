@@ -51,6 +51,15 @@ def answer(payload) -> dict:
     return {"choices": [choice], "usage": {"completion_tokens": payload["max_tokens"]}}
 
 
+def named(good: dict) -> dict:
+    """The answer as vLLM gives it with return_tokens_as_token_ids: every token and alternative as "token_id:N"."""
+    logprobs = good["choices"][0]["logprobs"]
+    logprobs["tokens"] = [f"token_id:{ord(t)}" for t in logprobs["tokens"]]
+    logprobs["top_logprobs"] = [None if top is None else {f"token_id:{ord(t)}": v for t, v in top.items()}
+                                for top in logprobs["top_logprobs"]]  # fmt: skip
+    return good
+
+
 def _set(path, value):
     def change(a):
         target = a
@@ -106,6 +115,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.send_json({"content": "".join(map(chr, payload["tokens"]))})
         if self.path != "/v1/completions":
             return self.send_json({"error": "not found"}, 404)
+        if payload.get("return_tokens_as_token_ids") and self.server.names_ids:
+            good = named(answer(payload))
+            return self.send_json(self.server.names_ids(good) if callable(self.server.names_ids) else good)
         fault = self.server.fault
         mutate = MALFORMED[fault][0] if fault in MALFORMED and (fault != "short echo" or payload.get("echo")) else None
         if fault == "short echo" and mutate:
@@ -225,6 +237,7 @@ class FaultyServer(http.server.ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), Handler)
         self.fault = None  # what /v1/completions does wrong, once a test says
         self.models = GOOD_MODELS
+        self.names_ids = False  # True: answers return_tokens_as_token_ids as vLLM does (a function: changes that)
         self.stopping = threading.Event()
         self.clients = []  # models connected to it, closed with it
         self.url = f"http://127.0.0.1:{self.server_address[1]}/v1"
@@ -235,6 +248,11 @@ class FaultyServer(http.server.ThreadingHTTPServer):
 
 @pytest.fixture
 def server():
+    yield from running()
+
+
+def running():
+    """A FaultyServer on loopback until the generator is closed (the `server` fixture's body)."""
     server = FaultyServer()
     threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     yield server
