@@ -69,6 +69,7 @@ def test_probabilities_are_the_servers_log_probabilities(model, vllm_server):
         assert list(step.candidates.tokens) == [text for text, _ in ranked]
         assert step.candidates.raw == pytest.approx([math.exp(lp) for _, lp in ranked], abs=TOLERANCE)
         assert step.model_rank == 1 and step.surprisal == pytest.approx(-logprob, abs=TOLERANCE)
+        assert step.candidates.stage_names[-1] == "greedy" and step.candidates.final[0] == 1.0  # the chain, here
 
 
 def test_every_token_is_named_by_id_with_one_request_a_step(model, vllm_server):
@@ -158,5 +159,7 @@ def test_a_server_that_reports_what_it_samples_from_is_said_to(vllm_processed_se
     model = engine.load_model(vllm_processed_server)
     try:
         assert model.describe()["logprobs"] == "processed" and model.describe()["alternatives"] == 20
+        step = Session(model, PROMPT, temperature=0.8, top_k=5).step()
+        assert step.candidates.stages == ()  # its numbers are its sampler's already: the chain does not run on them
     finally:
         model.close()

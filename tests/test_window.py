@@ -489,13 +489,22 @@ def test_a_server_model_in_the_window(qtbot, window, llama_server):
     assert not window.controls.chat_format.isEnabled()
     type_prompt(qtbot, window, "The capital of France is")
     window.controls.max_tokens.setValue(6)
+    window.controls.top_k.setValue(5)
     assert generate(qtbot, window) in ("max_new_tokens", "end of text")
     steps = window.token_view.steps()
     assert 1 <= len(steps) <= 6 and window.token_view.text().startswith("The capital of France is Paris")
     window.chart.flush()
-    assert window.chart.stage() == "raw" and not window.chart.stage_buttons.button(3).isEnabled()
-    assert "top 20 (raw log-probabilities, before its sampler)" in window.chart.source_note.text()
+    # its numbers are raw: the chain runs on its top 20 here, and every stage can be shown (issue 27)
+    assert all(button.isEnabled() for button in window.chart.stage_buttons.buttons())
+    note = window.chart.source_note.text()
+    assert "top 20 (raw log-probabilities, before its sampler)" in note and "this chain run on them alone" in note
     assert window.chart.source_note.isVisible()
+    window.chart.set_stage("top_k")
+    window.chart.flush()
+    candidates = window.chart._candidates
+    kept = candidates.stage("top_k")
+    assert [p for _, p in window.chart.shown()] == list(kept) and sum(kept) == pytest.approx(1, abs=1e-5)
+    assert sum(p > 0 for p in kept) == 5  # what top-k 5 keeps of the server's top 20, renormalized
     assert window.session().actions[0]["kind"] == "stream"  # Generate streamed from the server
     step(qtbot, window)  # Step asks for one token
     assert window.session().actions[-1] == {"kind": "sample"} or window.session().stopped

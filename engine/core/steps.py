@@ -127,6 +127,17 @@ class Step:
         return _step_from_dict(data)
 
 
+def stage_records(rows: dict, top) -> tuple[tuple, tuple]:
+    """Candidates' stages and removed_by for the tokens `top` ([k] ids, most likely first) from the chain's rows:
+    (stage name, their probabilities after it) in order, and per token the first stage that removed it (or None)."""
+    removed = {}  # candidate index -> the first stage that removed it
+    for name, row in rows.items():
+        for index in np.flatnonzero(np.isneginf(row.logits_at(top))).tolist():
+            removed.setdefault(index, name)
+    stages = tuple((name, tuple(row.probs_at(top).tolist())) for name, row in rows.items())
+    return stages, tuple(removed.get(i) for i in range(len(top)))
+
+
 class StepMaker:
     """Turns a row of scores and a chosen token into a Step, for one model, tokenizer and settings."""
 
@@ -148,18 +159,14 @@ class StepMaker:
         return Distributions(candidate_ids(scores, rows), raw, rows)
 
     def candidates(self, dists: Distributions) -> Candidates:
-        top = dists.top
-        top_list = top.tolist()
-        removed = {}  # candidate index -> the first stage that removed it
-        for name, row in dists.rows.items():
-            for index in np.flatnonzero(np.isneginf(row.logits_at(top))).tolist():
-                removed.setdefault(index, name)
+        top_list = dists.top.tolist()
+        stages, removed_by = stage_records(dists.rows, dists.top)
         return Candidates(
             token_ids=tuple(top_list),
             tokens=tuple(self.text(i) for i in top_list),
-            raw=tuple(dists.raw[top].tolist()),
-            stages=tuple((name, tuple(row.probs_at(top).tolist())) for name, row in dists.rows.items()),
-            removed_by=tuple(removed.get(i) for i in range(len(top_list))),
+            raw=tuple(dists.raw[dists.top].tolist()),
+            stages=stages,
+            removed_by=removed_by,
         )
 
     def make(self, scores, token_id: int, source: str, dists=None, draw=None, options=None, xtc_draw=None,

@@ -346,16 +346,19 @@ class DistributionChart(QWidget):
 
     def set_full_distribution(self, full: bool, logprobs: str | None = "raw", alternatives: int = 20) -> None:
         """Whether every stage can be shown. A server reports its top N only, raw (before its sampler), processed
-        (as its sampler shaped them) or it does not say (engine's describe()["logprobs"]): say which, and offer
-        only that stage."""
-        self._full = full
+        (as its sampler shaped them) or it does not say (engine's describe()["logprobs"]): say which. The chain
+        runs on a raw server's top N here (engine/backends/remote/stages.py); for the others only raw is offered."""
+        self._full = full or logprobs == "raw"  # the stages can be shown
         for index, key in enumerate(self._keys):
-            self.stage_buttons.button(index).setEnabled(full or key == "raw")
-        if not full:
+            self.stage_buttons.button(index).setEnabled(self._full or key == "raw")
+        if not self._full:
             self.set_stage("raw")
         what = SERVER_LOGPROBS.get(logprobs, SERVER_LOGPROBS["unknown"])
+        stages = (
+            " The stages are this chain run on them alone (the rest of the vocabulary left out)." if self._full else ""
+        )
         self.set_source_note("" if full else f"The server's top {alternatives} ({what}); tokens outside them are "
-                             "unknown, not zero. The server samples.")  # fmt: skip
+                             f"unknown, not zero.{stages} The server samples.")  # fmt: skip
 
     def set_source_note(self, text: str) -> None:
         """A line under the chart saying where the numbers come from (e.g. a server's top-N)."""

@@ -4,8 +4,9 @@ through the OpenAI-compatible /v1/completions endpoint with logprobs.
 The server samples, with the session's seed and settings; the engine sends the text so far (or its token
 ids, where the server takes them), reads back the chosen token and the server's top-N alternatives, and
 turns them into Steps. What the chart shows is honest about its source: the server's top-N raw
-log-probabilities; tokens outside the top N are unknown (no probability), not zero, and the sampler's own
-stages (after temperature, top-k, ...) are not reported by servers, so they are left empty.
+log-probabilities; tokens outside the top N are unknown (no probability), not zero. Servers do not report their
+sampler's stages (after temperature, top-k, ...); where their numbers are raw, the engine's chain runs on the top N
+here (stages.py), so the stage view shows what each stage does to them.
 
 What a server supports is detected once, at connect time: its models, a tokenize endpoint (/tokenize on
 vLLM and llama-server, /extras/tokenize on llama-cpp-python's server), whether a prompt may be token ids,
@@ -31,6 +32,9 @@ ends the text; a cut connection, a missing field or a stream that stops without 
     tokenizer.py   RemoteTokenizer: the server's own tokenizer, over HTTP
     connection.py  ServerConnection: the one checked request path (deadline, size cap, retries)
     answers.py     TopN and Token, and the answers' shapes, checked field by field
+    scoring.py     forced tokens scored: by one echoing request, or one request per position
+    exact_ids.py   exact token ids (vLLM: return_tokens_as_token_ids with the model's tokenizer here, return_token_ids)
+    stages.py      the sampler chain run on a raw server's top N
 """
 
 from engine.backends.remote.connection import MAX_ANSWER_BYTES, RETRIES

@@ -17,7 +17,7 @@ class RemoteContext:
         self._stream = None
 
     def candidates(self, ids, text, settings) -> Candidates:
-        return self.server.candidates(self.server.next_distribution(ids, text))
+        return self.server.candidates(self.server.next_distribution(ids, text), settings, ids)
 
     def sample(self, ids, text, settings, random, stream=False, remaining=0) -> tuple[Step | None, bool]:
         """The server draws (with its own seed: `random` is not used). A stream's tokens come without ids
@@ -30,13 +30,15 @@ class RemoteContext:
             token = self.server.sample(ids, text, settings)
         if token is None:  # the server ended the text, or a stream ran out
             return None, True
-        return self.server.make_step(token, "model", ask=not stream), token.finish == "stop"
+        step = self.server.make_step(token, "model", ask=not stream, settings=settings, history=ids)
+        return step, token.finish == "stop"
 
     def force(self, ids, text, token_ids, source, settings, options=None) -> list[Step]:
         """Forced tokens scored in place (their probabilities and the server's top N at each: one echoing
         request, or one per token where the server does not echo); each step is its id's own text."""
-        scored = self.server.score(ids, text, token_ids)
-        return [self.server.make_step(t, source, options if i == 0 else None) for i, t in enumerate(scored)]
+        scored, history = self.server.score(ids, text, token_ids), [*ids, *token_ids]
+        return [self.server.make_step(t, source, options if i == 0 else None, settings=settings,
+                                      history=history[: len(ids) + i]) for i, t in enumerate(scored)]  # fmt: skip
 
     def score(self, ids, settings) -> list[Step]:
         """The text's tokens after the first, scored as forced tokens (by echo where the server echoes)."""

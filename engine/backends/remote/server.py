@@ -28,6 +28,7 @@ from engine.backends.remote.answers import (
 )
 from engine.backends.remote.connection import ServerConnection
 from engine.backends.remote.scoring import TOP_N, Scoring, _align
+from engine.backends.remote.stages import with_stages
 from engine.backends.remote.tokenizer import RemoteTokenizer
 from engine.core.steps import Candidates, Step
 
@@ -294,30 +295,34 @@ class Server(Scoring):
         return token
 
     # --- Steps from what the server said ------------------------------------------------------------------
-    def candidates(self, top: dict | None) -> Candidates:
+    def candidates(self, top: dict | None, settings=None, history=()) -> Candidates:
         """The server's top N, most likely first, with their ids where the server named them (-1 where it
-        named text only); its sampler's stages are not reported, so they stay empty. (Some servers add the
-        chosen token to its top N when it is not among them: it is left out here.)"""
+        named text only); its sampler's stages are not reported. (Some servers add the
+        chosen token to its top N when it is not among them: it is left out here.) Where the numbers are raw, the
+        chain (settings; history: the ids so far) runs on them (stages.py)."""
         entries = getattr(top, "entries", None) or TopN((t, lp, -1) for t, lp in (top or {}).items()).entries
         ranked = [(self._shown(text, token_id), logprob, token_id) for text, logprob, token_id in entries[:TOP_N]]
-        return Candidates(
+        candidates = Candidates(
             token_ids=tuple(i for _, _, i in ranked),
             tokens=tuple(t for t, _, _ in ranked),
             raw=tuple(math.exp(lp) for _, lp, _ in ranked),
         )
+        if settings is None or self.protocol.get("logprobs") != "raw":
+            return candidates
+        return with_stages(candidates, settings, history)
 
     def _shown(self, text: str, token_id: int | None) -> str:
         """A token's text as a step shows it: llama-server sends control tokens (its end token) as "", so
         those are asked for by id, once each (llama-server answers mid-stream too)."""
         return self.tokenizer.piece(token_id) if not text and token_id is not None and token_id >= 0 else text
 
-    def make_step(self, token: Token, source: str, options=None, ask: bool = True) -> Step:
+    def make_step(self, token: Token, source: str, options=None, ask: bool = True, settings=None, history=()) -> Step:
         """A Step from the server's numbers: probabilities are its raw log-probabilities, known only for
         its top N (None outside them: unknown, not zero). The chosen token's id is the server's, or the
         forced one, or else asked for (ask=False: only from what is known). Candidates named by text only
         keep id -1 (20 tokenize requests a step would cost more than the step; a click on one inserts its
-        text)."""
-        candidates = self.candidates(token.top)
+        text). Where the numbers are raw, the chain runs on them (candidates)."""
+        candidates = self.candidates(token.top, settings, history)
         token_id = token.id if token.id is not None else self.tokenizer.token_id(token.text, ask)
         logprob = token.logprob if token.logprob is not None else TopN.logprob(token.top, token_id, token.text)
         probability = math.exp(logprob) if logprob is not None else None
