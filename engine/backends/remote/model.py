@@ -47,4 +47,10 @@ class RemoteModel(Server):
 
 
 def load_remote(url: str, model_name: str | None = None, timeout: float = 30.0) -> RemoteModel:
+    """The model at url: through Ollama's native API where the server is Ollama (engine/backends/remote/ollama.py),
+    else through the OpenAI-compatible /v1/completions."""
+    from engine.backends.remote.ollama import OllamaModel, is_ollama
+
+    if is_ollama(url, timeout):
+        return OllamaModel(url, model_name=model_name, timeout=timeout)
     return RemoteModel(url, model_name=model_name, timeout=timeout)
