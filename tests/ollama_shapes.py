@@ -18,7 +18,8 @@ SmolLM2 through llama-cpp-python so that its numbers are real. Its shapes are Ol
 - Options: temperature, seed, top_k, top_p, min_p, num_predict (sampled here in numpy; temperature 0 is
   greedy, as llama.cpp's).
 
-POST /_fault {"fault": name or null} (this server's own, for the tests) makes /api/generate misbehave.
+This server's own, for the tests: POST /_fault {"fault": name or null} makes /api/generate misbehave (FAULTS);
+GET /_drawn says how many tokens it drew in all.
 Run: python tests/ollama_shapes.py MODELS_DIR PORT.
 """
 
@@ -112,8 +113,7 @@ def valid_prefix(data: bytes) -> bytes:
 
 
 class Runner:
-    """SmolLM2 through llama-cpp-python, one sequence at a time (Ollama's one parallel slot), its cache kept
-    for the longest shared prefix."""
+    """SmolLM2 through llama-cpp-python, one sequence at a time (Ollama's one parallel slot)."""
 
     def __init__(self, path: Path, n_ctx: int = 2048):
         import llama_cpp
@@ -122,6 +122,7 @@ class Runner:
         self.llm = llama_cpp.Llama(str(path), n_ctx=n_ctx, n_threads=1, verbose=False)
         self.n_ctx, self.n_vocab = n_ctx, self.llm.n_vocab()
         self.lock = threading.Lock()
+        self.drawn = 0  # tokens drawn in all (GET /_drawn): a stream closed by the client stops drawing
         self._pieces: dict[int, bytes] = {}
 
     def piece(self, token: int) -> bytes:
@@ -130,14 +131,10 @@ class Runner:
         return self._pieces[token]
 
     def evaluate(self, tokens: list[int]) -> np.ndarray:
-        """The raw logits after tokens (float32), reusing the cache for the prefix already evaluated."""
-        llm = self.llm
-        shared = 0
-        for a, b in zip(llm.input_ids[: llm.n_tokens].tolist(), tokens):
-            if a != b:
-                break
-            shared += 1
-        llm.n_tokens = min(shared, len(tokens) - 1)
+        """The raw logits after tokens (float32). Every request reads its prompt afresh (one batch), then one token
+        at a time: the same request always gets the same numbers (llama.cpp's differ in the 3rd digit between a
+        batch and a token alone, so a cache kept between requests would make them depend on the one before)."""
+        llm = self.llm  # reset by generate: the tokens after those it read are new
         llm.eval(tokens[llm.n_tokens :])
         logits = self.lib.llama_get_logits_ith(llm._ctx.ctx, -1)
         return np.ctypeslib.as_array(logits, shape=(self.n_vocab,)).copy()
@@ -181,6 +178,7 @@ class Runner:
         if len(tokens) > self.n_ctx:
             raise ValueError("input length exceeds maximum context length")
         num_predict = int(options.get("num_predict", -1))
+        self.llm.reset()
         rng = np.random.default_rng(int(options.get("seed", 0)) & 0xFFFFFFFF)
         pending, pending_lp, predicted, reason = b"", [], 0, "stop"
         while True:
@@ -190,6 +188,7 @@ class Runner:
             logits = self.evaluate(tokens)
             token = self.draw(logits, options, rng)
             predicted += 1
+            self.drawn += 1
             if self.lib.llama_vocab_is_eog(self.llm._model.vocab, token):
                 break
             if logprobs:
@@ -224,6 +223,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path == "/api/version":
             return self.send(200, {"version": VERSION})
+        if self.path == "/_drawn":
+            return self.send(200, {"drawn": self.server.runner.drawn})
         if self.path == "/api/tags":
             return self.send(200, {"models": [model for model, _ in self.server.models.values()]})
         self.send(404, b"404 page not found", "text/plain")

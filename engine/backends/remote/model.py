@@ -1,11 +1,11 @@
-"""RemoteModel: a model on an OpenAI-compatible server, behind the backend contract, and load_remote. All it
+"""RemoteModel: a model on an OpenAI-compatible server, behind the backend contract. All it
 asks the server is its Server's (server.py), which its tokenizer and contexts share."""
 
 from engine.backends.remote.context import RemoteContext
 from engine.backends.remote.server import TOP_N, Server
 from engine.core.contract import Capabilities
 
-__all__ = ["TOP_N", "RemoteModel", "load_remote"]
+__all__ = ["TOP_N", "RemoteModel"]
 
 
 class RemoteModel(Server):
@@ -44,13 +44,3 @@ class RemoteModel(Server):
             "logprobs": self.protocol.get("logprobs", "unknown"),  # raw (before its sampler), processed, or unknown
             "alternatives": self.protocol.get("alternatives", 0),  # the top N it gives per token
         }
-
-
-def load_remote(url: str, model_name: str | None = None, timeout: float = 30.0) -> RemoteModel:
-    """The model at url: through Ollama's native API where the server is Ollama (engine/backends/remote/ollama.py),
-    else through the OpenAI-compatible /v1/completions."""
-    from engine.backends.remote.ollama import OllamaModel, is_ollama
-
-    if is_ollama(url, timeout):
-        return OllamaModel(url, model_name=model_name, timeout=timeout)
-    return RemoteModel(url, model_name=model_name, timeout=timeout)

@@ -28,7 +28,7 @@ from engine.backends.remote.connection import ServerConnection
 from engine.backends.remote.context import RemoteContext
 from engine.backends.remote.model import RemoteModel
 from engine.backends.remote.ollama_answers import _chunk, _tags, _version
-from engine.backends.remote.ollama_vocab import OllamaTokenizer, local_gguf
+from engine.backends.remote.ollama_vocab import OllamaTokenizer, local_gguf, ollama_models_dir
 from engine.backends.remote.server import TOP_N, logprobs_kind
 from engine.core.contract import Capabilities
 
@@ -79,9 +79,7 @@ class OllamaModel(RemoteModel):
 
     def __init__(self, url: str, model_name: str | None = None, timeout: float = 30.0, retries: int | None = None,
                  models_dir=None):  # fmt: skip
-        from engine.discovery import default_ollama_dir
-
-        self.models_dir = Path(models_dir) if models_dir is not None else default_ollama_dir()
+        self.models_dir = Path(models_dir) if models_dir is not None else ollama_models_dir()
         super().__init__(url, model_name=model_name, timeout=timeout, retries=retries)
 
     # --- connecting ---------------------------------------------------------------------------------------

@@ -9,14 +9,24 @@ own sha256 is the digest /api/tags lists, so a local copy that is not the one se
 """
 
 import hashlib
+import json
+import os
+import re
 from pathlib import Path
 
 from engine.backends.gguf.checks import tokenizer_spec
 from engine.backends.gguf.metadata import read_header
 from engine.backends.gguf.tokenizer import GGUFTokenizer, build_tokenizer
-from engine.discovery import OLLAMA_REGISTRY, _ollama_blob
 
+OLLAMA_REGISTRY = "registry.ollama.ai"  # as engine/discovery.py (not imported: discovery imports loading)
+OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"
 OLLAMA_DEFAULT_CONTEXT = 4096  # Ollama's num_ctx unless OLLAMA_CONTEXT_LENGTH or a Modelfile sets another
+
+
+def ollama_models_dir() -> Path:
+    """Ollama's models folder: $OLLAMA_MODELS, else ~/.ollama/models."""
+    env = os.environ.get("OLLAMA_MODELS")
+    return Path(env).expanduser() if env else Path.home() / ".ollama" / "models"
 
 
 def manifest_path(name: str, folder: Path) -> Path:
@@ -48,10 +58,25 @@ def local_gguf(name: str, digest: str, folder: Path, server: str) -> Path:
     if local != digest.removeprefix("sha256:"):
         raise ValueError(f"{name} at {server} is not the copy on this machine ({manifest} has sha256 {local[:12]}, "
                          f"the server lists {digest[:12]}): pull the same version here, or set $OLLAMA_MODELS")  # fmt: skip
-    blob = _ollama_blob(manifest, folder / "blobs")
+    blob = _model_blob(manifest, folder / "blobs")
     if blob is None or not blob.is_file():
         raise ValueError(f"{name}: its manifest {manifest} names no model file in {folder / 'blobs'}. {why}")
     return blob
+
+
+def _model_blob(manifest: Path, blobs: Path) -> Path | None:
+    """The blob a manifest names as its model layer (None: a manifest that names none)."""
+    try:
+        layers = json.loads(manifest.read_text(encoding="utf-8")).get("layers")
+    except (OSError, ValueError, RecursionError, AttributeError):
+        return None
+    for layer in layers if isinstance(layers, list) else []:
+        digest = (
+            re.fullmatch(r"sha256:([0-9a-f]{64})", str(layer.get("digest", ""))) if isinstance(layer, dict) else None
+        )
+        if digest and layer.get("mediaType") == OLLAMA_MODEL_LAYER:
+            return blobs / f"sha256-{digest.group(1)}"
+    return None
 
 
 class OllamaTokenizer:
