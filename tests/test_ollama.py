@@ -249,3 +249,25 @@ def test_a_step_that_fails_leaves_the_session_as_it_was(model, fault, name):
         with pytest.raises(ValueError, match=FAULTS[name]):
             session.step(stream=stream)
         assert snapshot(session) == before
+
+
+# --- the window ------------------------------------------------------------------------------------------------
+def test_an_ollama_url_in_the_window(qtbot, window, ollama, ollama_dir, monkeypatch):
+    """Connect to server... with Ollama's url: its model, Generate streamed with ids, the chart's note that it
+    shows Ollama's top 20 raw log-probabilities, the chat format from the local GGUF file."""
+    from test_window import generate, type_prompt
+
+    monkeypatch.setenv("OLLAMA_MODELS", str(ollama_dir))
+    with qtbot.waitSignal(window.controller.modelChanged, timeout=60000):
+        window.controller.models.open_model(ollama)
+    assert "smollm2:135m @ http://127.0.0.1:" in window.windowTitle()
+    assert window.controls.chat_format.isEnabled()  # the GGUF file's own template (Ollama is sent raw text)
+    window.controls.chat_format.setChecked(False)
+    type_prompt(qtbot, window, PROMPT)
+    window.controls.max_tokens.setValue(6)
+    assert generate(qtbot, window) == "max_new_tokens"
+    assert window.token_view.text() == PROMPT + " Paris.\n\nThe United"
+    assert all(step.token_id >= 0 for step in window.session().steps)
+    assert window.session().actions[0]["kind"] == "stream"
+    window.chart.flush()
+    assert "top 20 (raw log-probabilities, before its sampler)" in window.chart.source_note.text()
