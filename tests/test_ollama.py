@@ -203,6 +203,16 @@ def test_a_forced_token_outside_the_top_20_is_unknown_not_zero(model):
     assert len(step.candidates.raw) == 20 and zebra[0] not in step.candidates.token_ids
 
 
+def test_where_the_model_ends_the_text_ollama_reports_nothing_and_a_forced_token_there_is_unknown(model):
+    session = Session(model, CHAT, max_new_tokens=30, temperature=0)
+    session.run(stream=True)
+    assert session.stopped == "end of text" and session.generated_text == "The answer is: 4"
+    assert model.next_distribution(session.ids, session.text) == {}  # its end token drawn: no logprobs at all
+    session.force_token(model.tokenizer.encode(".")[0])
+    step = session.step()
+    assert step.token == "." and step.probability is None and step.candidates.raw == ()
+
+
 def test_scoring_a_text_is_refused_saying_ollama_gives_no_prompt_logprobs(model):
     with pytest.raises(ValueError, match=r"smollm2:135m @ .*: Ollama gives no log-probabilities for a prompt's "
                                          r"tokens \(no echo\), so it cannot score a text"):  # fmt: skip
