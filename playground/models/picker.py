@@ -115,7 +115,7 @@ class ModelPicker(QObject):
             label = f"{Path(source).name} — {ENGINE_NAMES[backend]}" if backend else self.current_name
             entries.append(Entry(label, source, backend, tip=source))
         entries += [Entry("Open GGUF file...", OPEN_GGUF, tip="a .gguf file, with its engine and settings"),
-                    Entry("Connect to server...", CONNECT, tip="an OpenAI-compatible server")]  # fmt: skip
+                    Entry("Connect to server...", CONNECT, tip="an OpenAI-compatible server, or Ollama")]  # fmt: skip
         self.entries = entries
         self.picker.blockSignals(True)
         self.picker.clear()
@@ -165,7 +165,7 @@ class ModelPicker(QObject):
         self.note = ""
         if entry.source == CONNECT:
             url, ok = QInputDialog.getText(self.window, "Connect to a server",
-                                           "OpenAI-compatible server (vLLM, llama-server, llama-cpp-python):",
+                                           "OpenAI-compatible server (vLLM, llama-server, llama-cpp-python) or Ollama:",
                                            text=DEFAULT_URL)  # fmt: skip
             return {"source": url.strip()} if ok and url.strip() else None
         if entry.source == OPEN_GGUF:

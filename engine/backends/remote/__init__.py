@@ -35,10 +35,15 @@ ends the text; a cut connection, a missing field or a stream that stops without 
     scoring.py     forced tokens scored: by one echoing request, or one request per position
     exact_ids.py   exact token ids (vLLM: return_tokens_as_token_ids with the model's tokenizer here, return_token_ids)
     stages.py      the sampler chain run on a raw server's top N
+    connect.py     load_remote: Ollama (found by /api/version and /api/tags at the root) or the OpenAI path
+    ollama.py      OllamaModel: Ollama's native API (/api/generate, raw), what it cannot do said plainly
+    ollama_vocab.py   the served model's GGUF file on this machine: its tokenizer, token ids by their bytes
+    ollama_answers.py Ollama's answers' shapes, checked field by field
 """
 
+from engine.backends.remote.connect import load_remote
 from engine.backends.remote.connection import MAX_ANSWER_BYTES, RETRIES
 from engine.backends.remote.context import RemoteContext
-from engine.backends.remote.model import TOP_N, RemoteModel, load_remote
+from engine.backends.remote.model import TOP_N, RemoteModel
 
 __all__ = ["MAX_ANSWER_BYTES", "RETRIES", "TOP_N", "RemoteContext", "RemoteModel", "load_remote"]

@@ -51,10 +51,11 @@ class ServerConnection:
         answer = self.json(bytes(body), url)
         return self.checked(check, answer, url) if check else answer
 
-    def events(self, url: str, payload: dict):
-        """The data of each server-sent event of a streamed answer, as text. A stream is one step's request
-        per token: each event must come within the timeout and MAX_ANSWER_BYTES counted from when the step
-        asks for it (keep-alive comments do not extend it), however long the whole generation runs."""
+    def events(self, url: str, payload: dict, prefix: bytes = b"data:"):
+        """The data of each server-sent event of a streamed answer, as text (prefix b"": each line of a stream
+        of JSON lines, Ollama's). A stream is one step's request per token: each event must come within the
+        timeout and MAX_ANSWER_BYTES counted from when the step asks for it (keep-alive comments do not extend
+        it), however long the whole generation runs."""
         with self._open("POST", url, payload) as response:
             pending, received, deadline = bytearray(), 0, time.monotonic() + self.timeout
             for chunk in self._chunks(response):
@@ -66,8 +67,8 @@ class ServerConnection:
                     line = bytes(pending[:end]).rstrip(b"\r")
                     del pending[: end + 1]
                     start = 0
-                    if line.startswith(b"data:"):
-                        yield line[5:].strip().decode("utf-8", "replace")
+                    if line.startswith(prefix) and line.strip():
+                        yield line[len(prefix) :].strip().decode("utf-8", "replace")
                         received, deadline = len(pending), time.monotonic() + self.timeout
 
     @contextmanager

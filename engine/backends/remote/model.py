@@ -1,11 +1,11 @@
-"""RemoteModel: a model on an OpenAI-compatible server, behind the backend contract, and load_remote. All it
+"""RemoteModel: a model on an OpenAI-compatible server, behind the backend contract. All it
 asks the server is its Server's (server.py), which its tokenizer and contexts share."""
 
 from engine.backends.remote.context import RemoteContext
 from engine.backends.remote.server import TOP_N, Server
 from engine.core.contract import Capabilities
 
-__all__ = ["TOP_N", "RemoteModel", "load_remote"]
+__all__ = ["TOP_N", "RemoteModel"]
 
 
 class RemoteModel(Server):
@@ -45,7 +45,3 @@ class RemoteModel(Server):
             "alternatives": self.protocol.get("alternatives", 0),  # the top N it gives per token
             "ids": self.protocol.get("ids", "by text"),  # which tokens come with their ids: every token, drawn tokens
         }
-
-
-def load_remote(url: str, model_name: str | None = None, timeout: float = 30.0) -> RemoteModel:
-    return RemoteModel(url, model_name=model_name, timeout=timeout)
