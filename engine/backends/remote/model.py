@@ -47,4 +47,7 @@ class RemoteModel(Server):
 
 
 def load_remote(url: str, model_name: str | None = None, timeout: float = 30.0) -> RemoteModel:
-    return RemoteModel(url, model_name=model_name, timeout=timeout)
+    from engine.backends.remote.sglang import SGLangModel, serves_sglang  # (it builds on RemoteModel)
+
+    kind = SGLangModel if serves_sglang(url, timeout) else RemoteModel  # SGLang: its native API gives more
+    return kind(url, model_name=model_name, timeout=timeout)
