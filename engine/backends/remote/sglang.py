@@ -143,7 +143,8 @@ class SGLangModel(RemoteModel):
             for data in events:
                 if data == "[DONE]":
                     break
-                chunk = self.connection.checked(lambda a: generated(a, self.id_limit), self.connection.json(data, url), url)
+                answer = self.connection.json(data, url)
+                chunk = self.connection.checked(lambda a: generated(a, self.id_limit), answer, url)
                 new = self._new_tokens(chunk, read)
                 read = chunk.completion_tokens
                 tokens = _drawn(new, chunk.finish)
