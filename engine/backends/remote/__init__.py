@@ -27,14 +27,18 @@ ends the text; a cut connection, a missing field or a stream that stops without 
     server.py      Server: connecting (what the server supports), tokens, completions, scoring, Steps; the
                    one object the model, the tokenizer and every context hold
     model.py       RemoteModel: a Server with the backend contract's face
+    connect.py     load_remote: SGLang's native API where the server is SGLang, else RemoteModel
+    sglang.py      SGLangModel: a RemoteModel speaking SGLang's /generate (exact ids, one request per insert)
+    sglang_answers.py  SGLang's answers, checked field by field
     context.py     RemoteContext: one session on a server (the backend contract's context)
     tokenizer.py   RemoteTokenizer: the server's own tokenizer, over HTTP
     connection.py  ServerConnection: the one checked request path (deadline, size cap, retries)
     answers.py     TopN and Token, and the answers' shapes, checked field by field
 """
 
+from engine.backends.remote.connect import load_remote
 from engine.backends.remote.connection import MAX_ANSWER_BYTES, RETRIES
 from engine.backends.remote.context import RemoteContext
-from engine.backends.remote.model import TOP_N, RemoteModel, load_remote
+from engine.backends.remote.model import TOP_N, RemoteModel
 
 __all__ = ["MAX_ANSWER_BYTES", "RETRIES", "TOP_N", "RemoteContext", "RemoteModel", "load_remote"]

@@ -1,11 +1,12 @@
-"""RemoteModel: a model on an OpenAI-compatible server, behind the backend contract, and load_remote. All it
+"""RemoteModel: a model on an OpenAI-compatible server, behind the backend contract (connect.py's load_remote picks it
+or a kind built on it). All it
 asks the server is its Server's (server.py), which its tokenizer and contexts share."""
 
 from engine.backends.remote.context import RemoteContext
 from engine.backends.remote.server import TOP_N, Server
 from engine.core.contract import Capabilities
 
-__all__ = ["TOP_N", "RemoteModel", "load_remote"]
+__all__ = ["TOP_N", "RemoteModel"]
 
 
 class RemoteModel(Server):
@@ -44,10 +45,3 @@ class RemoteModel(Server):
             "logprobs": self.protocol.get("logprobs", "unknown"),  # raw (before its sampler), processed, or unknown
             "alternatives": self.protocol.get("alternatives", 0),  # the top N it gives per token
         }
-
-
-def load_remote(url: str, model_name: str | None = None, timeout: float = 30.0) -> RemoteModel:
-    from engine.backends.remote.sglang import SGLangModel, serves_sglang  # (it builds on RemoteModel)
-
-    kind = SGLangModel if serves_sglang(url, timeout) else RemoteModel  # SGLang: its native API gives more
-    return kind(url, model_name=model_name, timeout=timeout)
