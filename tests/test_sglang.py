@@ -209,3 +209,17 @@ def test_a_stream_without_sglangs_finish_reason_is_a_fault(model, sglang):
     sglang.fault = cut_short  # the server ends its stream (at its end token) with no finish reason
     with pytest.raises(ValueError, match=rf"server at {sglang.url} ended its stream without a finish reason"):
         session.run(stream=True)
+
+
+def test_a_sampled_session_rewound_and_replayed_from_its_trace_is_identical(model, tmp_path):
+    session = Session(model, PROMPT, max_new_tokens=8, temperature=0.8, seed=11)
+    for _ in range(5):
+        session.step(stream=True)
+    session.interrupt()
+    session.rewind(2)
+    session.run()
+    trace = session.trace()
+    assert trace["model"]["server"] == "SGLang (native /generate)" and trace["model"]["logprobs"] == "processed"
+    engine.save_trace(trace, tmp_path / "sglang.json")
+    report = engine.replay(engine.load_trace(tmp_path / "sglang.json"), model)
+    assert report.identical, report.summary() + " " + " ".join(report.notes)
