@@ -28,6 +28,9 @@ ends the text; a cut connection, a missing field or a stream that stops without 
     server.py      Server: connecting (what the server supports), tokens, completions, scoring, Steps; the
                    one object the model, the tokenizer and every context hold
     model.py       RemoteModel: a Server with the backend contract's face
+    connect.py     load_remote: SGLang's native API where the server is SGLang, else RemoteModel
+    sglang.py      SGLangModel: a RemoteModel speaking SGLang's /generate (exact ids, one request per insert)
+    sglang_answers.py  SGLang's answers, checked field by field
     context.py     RemoteContext: one session on a server (the backend contract's context)
     tokenizer.py   RemoteTokenizer: the server's own tokenizer, over HTTP
     connection.py  ServerConnection: the one checked request path (deadline, size cap, retries)

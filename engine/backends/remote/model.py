@@ -1,5 +1,6 @@
-"""RemoteModel: a model on an OpenAI-compatible server, behind the backend contract. All it
-asks the server is its Server's (server.py), which its tokenizer and contexts share."""
+"""RemoteModel: a model on an OpenAI-compatible server, behind the backend contract (connect.py's load_remote picks
+it, or a kind built on it). All it asks the server is its Server's (server.py), which its tokenizer and contexts
+share."""
 
 from engine.backends.remote.context import RemoteContext
 from engine.backends.remote.server import TOP_N, Server
