@@ -103,7 +103,9 @@ def test_a_local_copy_that_is_another_version_is_refused(ollama, ollama_dir, tmp
 def test_describe_says_what_ollama_gives_and_what_it_cannot_do(model):
     described = model.describe()
     assert described["logprobs"] == "raw"  # found by the probe: the same at temperature 1 and 0.5
-    assert described["alternatives"] == 20 and described["prompt_format"] == "text"
+    assert (
+        described["alternatives"] == 20 and described["prompt_format"] == "text" and described["ids"] == "every token"
+    )
     assert described["server"].startswith("Ollama 0.13.0") and described["server_model"] == "smollm2:135m"
     assert any("score a text" in line for line in described["cannot"])
     assert any("outside the top 20" in line and "unknown" in line for line in described["cannot"])

@@ -60,7 +60,7 @@ def snapshot(session):
 def test_an_sglang_server_is_found_by_its_own_endpoint_and_spoken_to_in_token_ids(model, sglang, smollm2_llamacpp):
     assert isinstance(model, SGLangModel) and model.name == f"SmolLM2-135M-Instruct @ {sglang.url}"
     assert model.protocol == {"tokenize": "sglang", "token_id_prompts": True, "scoring": "native",
-                              "logprobs": "processed", "alternatives": 20, "seeded": True}  # fmt: skip
+                              "ids": "every token", "logprobs": "processed", "alternatives": 20, "seeded": True}  # fmt: skip
     assert model.context_length == 512
     assert model.tokenizer.encode(CHAT) == smollm2_llamacpp.tokenizer.encode(CHAT)  # SGLang's own /tokenize
     assert model.tokenizer.piece(2) == "<|im_end|>"  # special tokens keep their text (skip_special_tokens off)

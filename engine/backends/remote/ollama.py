@@ -106,7 +106,12 @@ class OllamaModel(RemoteModel):
         self.context_length = self.tokenizer.context_length
         self.capabilities = Capabilities(full_distribution=False, local_sampling=False, local_tokenizer=True,
                                          chat_template=bool(self.tokenizer.gguf.chat_template), streaming=True)  # fmt: skip
-        self.protocol = {"tokenize": "local GGUF", "token_id_prompts": False, "scoring": "per position"}
+        self.protocol = {
+            "tokenize": "local GGUF",
+            "token_id_prompts": False,
+            "scoring": "per position",
+            "ids": "every token",
+        }  # by their bytes, through the GGUF file's tokenizer
         self.protocol.update(self._find_logprobs())
 
     def _find_logprobs(self) -> dict:

@@ -64,7 +64,7 @@ class SGLangModel(RemoteModel):
         entry = self._served(model_name)
         self.model_id = entry["id"]
         self.name = f"{self.model_id.rsplit('/', 1)[-1]} @ {self.root}"
-        self.protocol.update(tokenize="sglang", token_id_prompts=True, scoring="native")
+        self.protocol.update(tokenize="sglang", token_id_prompts=True, scoring="native", ids="every token")
         self.protocol.update(self._find_logprobs())
         self.context_length = entry["max_model_len"] if _is_count(entry.get("max_model_len")) else DEFAULT_CONTEXT
 
