@@ -8,7 +8,8 @@ top-20 log-probabilities), a step right after a rewind (the server's prefix cach
 streaming tokens per second with log-probabilities through engine.Session, and the server's own streaming
 rate with and without log-probabilities, all in one run: the Session's streaming and the server's own (with
 log-probabilities) alternate for --rounds rounds, and their ratio is given per round. Then the requests an
-insert and a forced token cost (one echoing request for a whole insert where the server's echo lines up: vLLM).
+insert and a forced token cost (one echoing request for a whole insert where the server's echo lines up: vLLM), and
+engine.score of a text against the server's own prompt evaluation (vLLM's prompt_logprobs), alternating.
 (llama-cpp-python's server spends most of a token on log-probabilities: it sorts the whole vocabulary in Python
 for each one.) On vLLM: start its server as tests/vllm_server.py does and pass --url.
 """
@@ -100,6 +101,30 @@ def requests_per_steer(model) -> tuple[int, int, int]:
     return count, inserted, model.connection.requests - before
 
 
+SCORED = (
+    "The history of computing is longer than the history of computing hardware and includes the history of "
+    "methods intended for pen and paper or for chalk and slate, with or without the aid of tables. "
+) * 4
+
+
+def scoring_rounds(model, rounds: int) -> list[tuple[float, float]]:
+    """(engine.score of SCORED, the server's own prompt evaluation of the same ids: one request with vLLM's
+    prompt_logprobs, the log-likelihood alone) in seconds, alternating; [] where prompts do not go as ids."""
+    if not model.protocol.get("token_id_prompts"):
+        return []
+    ids = model.tokenizer.encode(SCORED)
+    own = {"model": model.model_id, "prompt": ids, "max_tokens": 1, "temperature": 0, "prompt_logprobs": 0}
+    timings = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        engine.score(model, SCORED)
+        ours = time.perf_counter() - started
+        started = time.perf_counter()
+        httpx.post(model.url + "/completions", json=own, timeout=120).raise_for_status()
+        timings.append((ours, time.perf_counter() - started))
+    return timings
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--url")
@@ -120,6 +145,7 @@ def main():
         ratios = sorted(s / r for s, r in rounds)
         raw = raw_server_rate(model, args.tokens)
         inserted_tokens, insert_requests, force_requests = requests_per_steer(model)
+        scoring = scoring_rounds(model, args.rounds)
         print(f"{model.name} (prompts sent as {'token ids' if model.protocol['token_id_prompts'] else 'text'})")
         print(f"  step through the server (1 token per request, top 20) median {step * 1000:6.1f} ms")
         print(f"  step right after rewinding 5 tokens (prefix cache)         median {after_rewind * 1000:6.1f} ms")
@@ -134,6 +160,11 @@ def main():
         )
         print(f"  an insert of {inserted_tokens} tokens: {insert_requests} request(s); a forced token and its step: "
               f"{force_requests} request(s) (scoring: {model.protocol['scoring']})")  # fmt: skip
+        if scoring:
+            score_ratios = sorted(ours / own for ours, own in scoring)
+            print(f"  engine.score of {len(model.tokenizer.encode(SCORED))} tokens vs the server's own prompt evaluation: "
+                  f"{statistics.median(o for o, _ in scoring) * 1000:.0f} vs {statistics.median(w for _, w in scoring) * 1000:.0f} ms"
+                  f" medians ({score_ratios[0]:.2f}-{score_ratios[-1]:.2f}x over {len(scoring)} rounds)")  # fmt: skip
         print("command: python bench/remote_speed.py" + (f" --url {args.url}" if args.url else ""))
     finally:
         if server is not None:
