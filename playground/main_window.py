@@ -69,7 +69,7 @@ class MainWindow(QMainWindow):
         self.setWindowTitle(f"Token Playground — {self.model.name}")
         self.resize(default_size(self.screen()))
 
-        self.controls = Controls(self.model.vocab_size, self.model.context_length)
+        self.controls = Controls(self.model.vocab_size or 1_000_000, self.model.context_length)  # a server's: unknown
         self.token_view = TokenView()
         self.chart = DistributionChart()
         self.uncertainty_strip = UncertaintyStrip()

@@ -482,6 +482,19 @@ def test_smollm2_from_the_model_picker(qtbot, window):
     assert len(window.chart.shown()) == 20
 
 
+def test_the_window_opens_on_a_server_model(qtbot, prefs, llama_server):
+    """A server does not say its vocabulary's size: the window opens on it all the same (it raised in QSpinBox)."""
+    from conftest import shown_window
+
+    model = engine.load_model(llama_server)
+    win = shown_window(qtbot, model, prefs)
+    try:
+        assert "@ http://127.0.0.1:" in win.windowTitle() and win.controls.top_k.maximum() == 1_000_000
+    finally:
+        win.close()
+        model.close()
+
+
 def test_a_server_model_in_the_window(qtbot, window, llama_server):
     with qtbot.waitSignal(window.controller.modelChanged, timeout=60000):
         window.controller.models.open_model(llama_server)
