@@ -44,6 +44,7 @@ class LocalContext:
         self._dry: dict[tuple[str, ...], object] = {}  # DRY's breakers per set of breaker strings
         self._grammar: GrammarState | None = None
         self._head_scales: np.ndarray | None = None  # [layers, heads]: Session.steer_heads; None: as trained
+        self._residual_add: np.ndarray | None = None  # [layers, d]: Session.steer_vector; None: nothing added
         self.timing = ForwardTiming()  # every forward pass this context ran (the window's prompt speed)
 
     # --- the contract ------------------------------------------------------------------------------------
@@ -161,6 +162,12 @@ class LocalContext:
         self._head_scales = scales
         self.truncate(0)
 
+    def set_residual_additions(self, additions) -> None:
+        """Add additions[L] ([layers, d] float32, or None: nothing) to the residual stream after layer L in every
+        forward pass from now on; the cache is emptied, as set_head_scales does, for the same reason."""
+        self._residual_add = additions
+        self.truncate(0)
+
     def truncate(self, length: int) -> None:
         """Forget every position from `length` on. A batched forward that kept only its last row (the prompt's
         first read, the whole text read again after steer_heads) left no row at the positions inside it: where
@@ -270,6 +277,8 @@ class LocalContext:
         start = self.cache.length
         try:
             steer = {} if self._head_scales is None else {"head_scales": self._head_scales}
+            if self._residual_add is not None:
+                steer["residual_add"] = self._residual_add
             started = time.perf_counter()
             rows = self.model.forward_cached(token_ids, self.cache, last_only=last_only, **steer)
             self.timing.add(len(token_ids), time.perf_counter() - started)
@@ -308,6 +317,8 @@ class LocalBackend:
     and forward_cached."""
 
     has_inside = False  # a model whose forward pass the engine runs sets it: inside(ids), unembed(residuals)
+    residual_steering = False  # forward_cached takes residual_add [layers, d] (Session.steer_vector); residual_shape
+    first_steerable_layer = 0  # the first layer residual_add may add after
 
     end_reason = "end of text"
     source = ""  # the file it came from; "" for the built-in model

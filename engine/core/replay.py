@@ -220,5 +220,10 @@ def _perform(session, action: dict) -> None:
         session.undo_tree_edit()
     elif kind == "heads":
         session.steer_heads(action["scales"])
+    elif kind == "vector":
+        from engine.core.steering import vector_from_action
+
+        vector = vector_from_action(session.model, action)
+        session.steer_vector(vector, action["layers"], action["strength"])
     else:
         session.rewind(action["n"])

@@ -6,11 +6,31 @@ import numpy as np
 
 from engine.core.checks import checked_token_id, encoded_nonempty, encoded_options
 from engine.core.rules import Rule, rule_matches, rule_plan
+from engine.core.steering import steering_table, vector_action
 from engine.core.steps import Step
 from engine.core.tree import INSERTED
 
 
 class Steering:
+    # steer_vector's: (the vector, its layers, the strength), None while none is added; the additions [layers, d]
+    vector_steering = None
+    residual_table: np.ndarray | None = None
+
+    def steer_vector(self, vector, layers, strength):
+        """Add strength x the vector's direction to the residual stream after each of these layers (0-based, as
+        engine.steering_vector makes them) from the next step on; strength 0 (or no layer) removes it. As
+        steer_heads: the next step reads the whole text again under it (steps taken keep their records), a rewind
+        or a goto keeps it, and it is logged, so replay repeats it. -> the steering now in force (or None)."""
+        checked, strength, table = steering_table(self.model, vector, layers, strength)
+        now = None if table is None else (vector, checked, strength)
+        if _same(self.vector_steering, now):
+            return self.vector_steering
+        self.interrupt()
+        self._context.set_residual_additions(table)
+        self._log(vector_action(vector, checked, strength))
+        self.vector_steering, self.residual_table = now, table
+        return now
+
     def force_token(self, token_id) -> None:
         """The next step takes this token, whatever its probability (replacing an earlier force)."""
         checked_token_id(token_id, self.model.vocab_size)
@@ -93,3 +113,14 @@ class Steering:
             steps = self._insert(list(plan.token_ids), plan.source)
             self._log({"kind": "insert", "token_ids": list(plan.token_ids), "source": plan.source})
         return bool(steps)
+
+
+def _same(old, new) -> bool:
+    """The same steering: none both, or the same layers, strength and rows (a vector made again, or replayed)."""
+    if old is None or new is None:
+        return old is new
+    (old_vector, old_layers, old_strength), (vector, layers, strength) = old, new
+    rows = list(layers)
+    return (old_layers, old_strength) == (layers, strength) and np.array_equal(
+        old_vector.directions[rows], vector.directions[rows]
+    )

@@ -13,7 +13,8 @@ same.
 
 "tree" holds every branch the session took (engine/core/tree.py): nodes with an id and a parent id, each with
 its step; "path" the active branch. A "goto" action puts another branch back; "expand" grows the tree
-(engine/core/expand.py); "delete", "name" and "pin" edit it, "undo" takes back the last of those; "heads" scales attention heads (Session.steer_heads). "branches": "active" marks a trace exported with
+(engine/core/expand.py); "delete", "name" and "pin" edit it, "undo" takes back the last of those; "heads" scales attention heads (Session.steer_heads); "vector" adds a
+direction to the residual stream (Session.steer_vector). "branches": "active" marks a trace exported with
 the active branch alone (its tree is that one path, numbered 1..n; the action log is whole and replays;
 "tree_size" says how many nodes the whole tree had, which bounds the nodes replay may make). Schema 3 had no tree: it opens
 as one branch (its steps).
@@ -52,7 +53,7 @@ SCHEMA_V1 = "token-playground/trace/1"  # fixed stage fields (temperature, top_k
 SCHEMAS = (SCHEMA, SCHEMA_V4, SCHEMA_V3, SCHEMA_V2, SCHEMA_V1)
 WITH_TREE = (SCHEMA, SCHEMA_V4)
 ACTION_KINDS = {"sample", "stream", "force", "insert", "choose", "rewind", "goto", "settings", "rules", "expand",
-                "delete", "name", "pin", "undo", "heads"}  # fmt: skip
+                "delete", "name", "pin", "undo", "heads", "vector"}  # fmt: skip
 BRANCHES = ("all", "active")  # a trace's tree: every branch, or only the one the text is on
 
 
@@ -214,6 +215,10 @@ def _check_action(index, action) -> None:
         )
     ):
         raise ValueError(f"{where}: a heads action needs 'scales': a list of [layer, head, factor]")
+    if kind == "vector":
+        from engine.core.steering import check_vector_action
+
+        check_vector_action(action, where)
     if kind == "expand":
         from engine.core.expand import Expansion
 

@@ -145,12 +145,14 @@ class KVCache(ArrayCache):
         self.length = length
 
 
-def forward(params, config: Config, ids, cache: KVCache | None = None, acts: dict | None = None, head_scales=None):
+def forward(params, config: Config, ids, cache: KVCache | None = None, acts: dict | None = None, head_scales=None,
+            residual_add=None):  # fmt: skip
     """[..., T] token ids -> [..., T, vocab] scores.
 
     With a cache, `ids` continue the cached text (one sequence, no batch dimension) and their keys and
     values are appended to it. With `acts`, the activations the backward pass needs are stored there.
-    head_scales: [1, H] float32, each head's output scaled (0: ablated) before the output projection."""
+    head_scales: [1, H] float32, each head's output scaled (0: ablated) before the output projection.
+    residual_add: [1, d] float32, added to the residual stream after the block (Session.steer_vector)."""
     start = cache.length if cache is not None else 0
     t = ids.shape[-1]
     x = params["wte"][ids] + params["wpe"][start : start + t]  # [..., T, d]
@@ -170,6 +172,8 @@ def forward(params, config: Config, ids, cache: KVCache | None = None, acts: dic
     u = linear(h2, params["mlp.w_in"], params["mlp.b_in"])  # [..., T, m]
     m = gelu(u)
     x3 = x2 + linear(m, params["mlp.w_out"], params["mlp.b_out"])
+    if residual_add is not None:
+        x3 = x3 + residual_add[0]
     hf = layer_norm(x3, params["lnf.g"], params["lnf.b"])
     scores = linear(hf, params["head.w"], params["head.b"])  # [..., T, vocab]
     if acts is not None:
@@ -181,10 +185,15 @@ class StoryModel(LocalBackend):
     """The shipped story model: parameters, config and tokenizer behind the backend contract."""
 
     has_inside = True  # per-layer states: the logit lens and attention (engine/core/inside.py)
+    residual_steering = True
 
     @property
     def heads_shape(self) -> tuple[int, int]:  # (layers, heads): what head_scales index
         return 1, self.config.n_heads
+
+    @property
+    def residual_shape(self) -> tuple[int, int]:  # (layers, d): what residual_add indexes
+        return 1, self.config.d_model
 
     def __init__(self, params, config: Config, tokenizer, name: str = "story model", weights_sha256: str = ""):
         self.params = params
@@ -223,12 +232,14 @@ class StoryModel(LocalBackend):
         p = self.params
         return linear(layer_norm(residuals, p["lnf.g"], p["lnf.b"]), p["head.w"], p["head.b"])
 
-    def forward_cached(self, ids, cache: KVCache, last_only: bool = False, head_scales=None) -> np.ndarray:
+    def forward_cached(self, ids, cache: KVCache, last_only: bool = False, head_scales=None,
+                       residual_add=None) -> np.ndarray:  # fmt: skip
         """The forward pass over ids that continue the cached text -> float32 scores [len(ids), vocab]
         (last_only: the story model is small enough to score every position anyway; [1, vocab] back).
-        head_scales: [layers, heads], each head's output scaled (Session.steer_heads)."""
+        head_scales: [layers, heads], each head's output scaled (Session.steer_heads); residual_add: [1, d]
+        added to the stream after the block (Session.steer_vector)."""
         ids = self._checked_ids(ids, already=cache.length)
-        scores = forward(self.params, self.config, ids, cache, head_scales=head_scales)
+        scores = forward(self.params, self.config, ids, cache, head_scales=head_scales, residual_add=residual_add)
         return scores[-1:] if last_only else scores
 
     def _checked_ids(self, ids, already: int) -> np.ndarray:

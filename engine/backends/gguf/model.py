@@ -139,12 +139,13 @@ def _zeroed_small_pages(shape) -> np.ndarray:
 
 
 def forward(weights, config: LlamaConfig, ids, cache: LlamaCache, tables, last_only=False, taps=None,
-            head_scales=None):  # [T] -> [T, vocab]  # fmt: skip
+            head_scales=None, residual_add=None):  # [T] -> [T, vocab]  # fmt: skip
     """The ids continue the cached text; their keys and values are written into the cache. With
     last_only, only the last position's scores are computed ([1, vocab]): a prompt needs no others.
     taps: a dict that gets the residual stream before every layer and after the last ("residuals": [T, d]
     each) and the last position's attention weights in every layer ("attention": [Hq, L] each).
-    head_scales: [layers, Hq] float32, each head's output scaled (0: ablated) before the output projection."""
+    head_scales: [layers, Hq] float32, each head's output scaled (0: ablated) before the output projection.
+    residual_add: [layers, d] float32, row L added to the residual stream after layer L (Session.steer_vector)."""
     start, t = cache.length, len(ids)
     end = start + t
     cos, sin = tables[0][start:end], tables[1][start:end]
@@ -169,6 +170,8 @@ def forward(weights, config: LlamaConfig, ids, cache: LlamaCache, tables, last_o
         h = rms_norm(x, w["ffn_norm"], config.rms_eps)
         gate_up = h @ w["ffn_gate_up"]  # [T, 2 d_ff]: gate and up in one product
         x += (silu(gate_up[:, : config.d_ff]) * gate_up[:, config.d_ff :]) @ w["ffn_down"]
+        if residual_add is not None:
+            x += residual_add[layer]
     cache.length = end
     if taps is not None:
         taps["residuals"].append(x.copy())
@@ -184,10 +187,15 @@ class LlamaModel(LocalBackend):
     """A GGUF model in numpy behind the backend contract."""
 
     has_inside = True  # per-layer states: the logit lens and attention (engine/core/inside.py)
+    residual_steering = True
 
     @property
     def heads_shape(self) -> tuple[int, int]:  # (layers, heads): what head_scales index
         return self.config.n_layers, self.config.n_heads
+
+    @property
+    def residual_shape(self) -> tuple[int, int]:  # (layers, d): what residual_add indexes
+        return self.config.n_layers, self.config.d_model
 
     def __init__(self, config: LlamaConfig, weights: dict, tokenizer: GGUFTokenizer, name: str, file_sha256: str,
                  end_token_ids, context_length: int, source: str = ""):  # fmt: skip
@@ -212,12 +220,15 @@ class LlamaModel(LocalBackend):
     def new_cache(self) -> LlamaCache:
         return LlamaCache(self.config, self._context_length)
 
-    def forward_cached(self, ids, cache: LlamaCache, last_only: bool = False, head_scales=None) -> np.ndarray:
+    def forward_cached(self, ids, cache: LlamaCache, last_only: bool = False, head_scales=None,
+                       residual_add=None) -> np.ndarray:  # fmt: skip
         """The forward pass over ids that continue the cached text -> float32 scores [len(ids), vocab]
-        (or [1, vocab] with last_only). head_scales: [layers, heads], each head's output scaled."""
+        (or [1, vocab] with last_only). head_scales: [layers, heads], each head's output scaled; residual_add:
+        [layers, d], added to the stream after each layer."""
         ids = self._checked_ids(ids, cache.length)
         with blas_threads.for_tokens(len(ids)):  # the thread counts are chosen, and why, in blas_threads.py
-            return forward(self.weights, self.config, ids, cache, self._tables, last_only, head_scales=head_scales)
+            return forward(self.weights, self.config, ids, cache, self._tables, last_only, None, head_scales,
+                           residual_add)  # fmt: skip
 
     def scores(self, ids) -> np.ndarray:
         """The full forward: token ids [T] -> float32 scores [T, vocab] for every position."""

@@ -37,6 +37,7 @@ class LlamaCppCache:
         self.batch_size = min(MAX_BATCH, self.positions)
         self.length = 0
         self.ctx = self.batch = self.memory = None  # made by opened()
+        self.additions = None  # the residual additions set on the context (set_additions); None: none
         self._made: list = []  # (ctx, batch) once made: what _free frees
         self._free = weakref.finalize(self, _free_context, model.llama, self._made)
         model._caches.add(self)
@@ -75,6 +76,25 @@ class LlamaCppCache:
         self._made.append((ctx, self.batch))
         self.ctx = ctx
         return ctx
+
+    def set_additions(self, additions) -> None:
+        """llama.cpp's control vector on this context: additions[L] ([layers, d] float32) added to the output of
+        layer L, or None for none. llama.cpp has no slot for layer 0 (its buffer starts at layer 1; the range
+        given is inclusive), which steering_table refuses first."""
+        if additions is self.additions:
+            return
+        llama, ctx = self.model.llama, self.opened()
+        apply = getattr(llama, "llama_set_adapter_cvec", None) or llama.llama_apply_adapter_cvec  # renamed in 0.3.3x
+        library.errors.clear()
+        if additions is None:
+            status = apply(ctx, None, 0, self.model.residual_shape[1], -1, -1)
+        else:
+            rows = np.ascontiguousarray(additions[1:], dtype=np.float32)  # layers 1.. (layer 0: never steered)
+            pointer = rows.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+            status = apply(ctx, pointer, rows.size, rows.shape[1], 1, len(additions) - 1)
+        if status != 0:
+            raise ValueError(f"llama.cpp could not set the steering vector (status {status}){_llama_error()}")
+        self.additions = additions
 
     def truncate(self, length: int) -> None:
         if not 0 <= length <= self.length:
@@ -134,6 +154,13 @@ def _llama_error() -> str:
 
 class LlamaCppModel(LocalBackend):
     """A GGUF file in llama.cpp (any architecture it supports), with the engine's sampler chain on top."""
+
+    residual_steering = True  # llama.cpp's control vectors (LlamaCppCache.set_additions)
+    first_steerable_layer = 1  # llama.cpp's control vector has no slot for the first layer's output
+
+    @property
+    def residual_shape(self) -> tuple[int, int]:  # (layers, d): what residual_add indexes
+        return self.llama.llama_model_n_layer(self.handle), self.llama.llama_model_n_embd(self.handle)
 
     def __init__(self, path, *, context_length=None, threads=None, gpu_layers=0, progress=None, weights_sha256=None):
         """progress(done, total) hears how far llama.cpp has read the file (done of 1000); weights_sha256: the
@@ -213,12 +240,14 @@ class LlamaCppModel(LocalBackend):
             raise ValueError(f"{self.name} is closed")
         return LlamaCppCache(self)
 
-    def forward_cached(self, ids, cache: LlamaCppCache, last_only: bool = False) -> np.ndarray:
-        """llama.cpp's scores for ids continuing the cache -> float32 [len(ids), vocab] (or [1, vocab])."""
+    def forward_cached(self, ids, cache: LlamaCppCache, last_only: bool = False, residual_add=None) -> np.ndarray:
+        """llama.cpp's scores for ids continuing the cache -> float32 [len(ids), vocab] (or [1, vocab]).
+        residual_add: [layers, d] added to the stream after each layer (llama.cpp's control vector)."""
         ids = checked_ids(ids, cache.length, self._vocab_size, cache.positions)
         if not self._free.alive or not cache._free.alive:
             raise ValueError(f"{self.name} is closed")
         ctx = cache.opened()
+        cache.set_additions(residual_add)
         llama, batch, start, total = self.llama, cache.batch, cache.length, len(ids)
         rows = []
         for chunk in range(0, total, cache.batch_size):
