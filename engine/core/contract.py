@@ -142,6 +142,15 @@ class HeadScaled(Context, Protocol):
         trained); the positions are dropped, so the next step reads the whole text again with them."""
 
 
+class ResidualSteered(Context, Protocol):
+    """A context whose backend can add to its residual stream (the backend's residual_steering: the numpy engines,
+    llama.cpp through its control vectors; the backend gives residual_shape (layers, d) and first_steerable_layer)."""
+
+    def set_residual_additions(self, additions: np.ndarray | None) -> None:
+        """additions[L] ([layers, d] float32, None: nothing) added to the stream after layer L in every forward
+        pass from now on (Session.steer_vector); the positions are dropped, as set_head_scales drops them."""
+
+
 class Backend(Protocol):
     name: str
     weights_sha256: str  # what a trace records as the model's identity

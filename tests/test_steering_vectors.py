@@ -1,0 +1,216 @@
+"""Steering with a direction (issue 28): a happy-minus-sad direction made from SmolLM2's residual stream on the
+numpy engine moves the next token's probability of positive words up with the strength and down with the
+opposite sign, on numpy and on llama.cpp (the same GGUF file: llama.cpp's control vector adds to the same
+stream); strength 0 is no steering; the trace replays bit for bit, also across a rewind; bad input is refused
+and changes nothing; a direction saved as llama.cpp's control-vector GGUF loads back, a damaged one is refused."""
+
+import gguf
+import numpy as np
+import pytest
+
+import engine
+
+POSITIVE = ["I am so happy and joyful today!", "What a wonderful, delightful day.", "I love this, it makes me glad."]
+NEGATIVE = ["I am so sad and miserable today.", "What a terrible, gloomy day.", "I hate this, it makes me cry."]
+WORDS = [" happy", " great", " wonderful", " good", " glad", " joy", " love", " beautiful"]
+PROMPT = "Today I feel"
+LAYER = 12  # a middle layer of SmolLM2's 30 (bench/steering_curve.py prints the curve)
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    return engine.load_model("smollm2", backend="numpy")
+
+
+@pytest.fixture(scope="module")
+def happy(smollm2):
+    return engine.steering_vector(smollm2, POSITIVE, NEGATIVE)
+
+
+@pytest.fixture(params=["numpy", "llama.cpp"])
+def model(request, smollm2):
+    return smollm2 if request.param == "numpy" else request.getfixturevalue("smollm2_llamacpp")
+
+
+def next_token_probs(session) -> np.ndarray:  # the model's own distribution for the session's next token
+    return session._context.distributions(session.ids, session.settings).raw
+
+
+def positive_mass(model, vector, strength) -> float:
+    session = engine.Session(model, PROMPT, max_new_tokens=1)
+    session.steer_vector(vector, [LAYER], strength)
+    ids = [model.tokenizer.encode(word)[0] for word in WORDS]
+    return float(next_token_probs(session)[ids].sum())
+
+
+def test_the_direction_is_the_mean_stream_of_the_positive_texts_less_the_negative(smollm2, happy):
+    assert happy.shape == (30, 576) and happy.directions.dtype == np.float32
+    assert not happy.directions.flags.writeable and happy.positive == tuple(POSITIVE)
+    assert happy.weights_sha256 == smollm2.weights_sha256
+
+    def mean(text):  # positions 1.. of the stream after each layer (the docstring says why not the first)
+        return smollm2.inside(smollm2.tokenizer.encode(text)).residuals[1:, 1:].mean(axis=1)
+
+    expected = np.mean([mean(t) for t in POSITIVE], axis=0) - np.mean([mean(t) for t in NEGATIVE], axis=0)
+    assert np.allclose(happy.directions, expected, atol=1e-5)
+    one = engine.steering_vector(smollm2, POSITIVE, NEGATIVE, layer=LAYER)
+    assert np.array_equal(one.directions[LAYER], happy.directions[LAYER])
+    assert not np.delete(one.directions, LAYER, axis=0).any()
+
+
+def test_positive_words_rise_with_strength_and_fall_with_the_opposite_sign(model, happy):
+    curve = [positive_mass(model, happy, strength) for strength in (-2, -1, 0, 1, 2)]
+    assert all(a < b for a, b in zip(curve, curve[1:])), curve
+    assert curve[-1] > 2 * curve[2] and curve[0] < curve[2] / 2, curve  # a clear effect, both ways
+
+
+def test_strength_zero_is_no_steering_bit_for_bit(model, happy):
+    plain = engine.Session(model, PROMPT, max_new_tokens=4)
+    steered = engine.Session(model, PROMPT, max_new_tokens=4)
+    assert steered.steer_vector(happy, [LAYER], 0) is None and steered.actions == []  # nothing to add
+    steered.steer_vector(happy, [LAYER], 2.0)
+    assert steered.steer_vector(happy, [LAYER], 0.0) is None and steered.residual_table is None
+    assert np.array_equal(next_token_probs(steered), next_token_probs(plain))
+    assert [s.to_dict() for s in steered.run()] == [s.to_dict() for s in plain.run()]
+
+
+def test_the_trace_replays_bit_for_bit_after_steering_and_after_a_rewind_across_it(model, happy, tmp_path):
+    session = engine.Session(model, PROMPT, max_new_tokens=12, temperature=0.8, seed=3)
+    for _ in range(3):
+        session.step()
+    in_force = session.steer_vector(happy, [LAYER, LAYER + 3], 1.5)
+    for _ in range(3):
+        session.step()
+    session.rewind(4)  # back across the steering: it stays in force, and the text is read again under it
+    assert session.vector_steering is in_force and in_force[1:] == ((LAYER, LAYER + 3), 1.5)
+    for _ in range(3):
+        session.step()
+    session.steer_vector(happy, [LAYER], 0)
+    for _ in range(2):
+        session.step()
+    assert [a["kind"] for a in session.actions].count("vector") == 2
+    engine.save_trace(session.trace(), tmp_path / "vector.json")
+    report = engine.replay(engine.load_trace(tmp_path / "vector.json"), model)
+    assert report.identical, report
+
+
+def test_steering_changes_the_distribution_as_the_forward_pass_with_the_addition_says(smollm2, happy):
+    session = engine.Session(smollm2, PROMPT, max_new_tokens=2)
+    session.steer_vector(happy, [3, LAYER], -1.0)
+    table = np.zeros((30, 576), dtype=np.float32)
+    table[[3, LAYER]] = np.float32(-1.0) * happy.directions[[3, LAYER]]
+    direct = smollm2.forward_cached(session.ids, smollm2.new_cache(), True, residual_add=table)[0]
+    e = np.exp(direct - direct.max())
+    assert np.allclose(next_token_probs(session), e / e.sum(), atol=1e-6)
+
+
+@pytest.mark.parametrize("positive, negative, layer, message", [
+    ([], NEGATIVE, None, "give 1 to 64 positive prompts"),
+    (POSITIVE, "sad", None, "the negative prompts must be a list of texts"),
+    (POSITIVE, ["sad", 3], None, "each negative prompt must be a non-empty text"),
+    ([" "], NEGATIVE, None, "each positive prompt must be a non-empty text"),
+    (POSITIVE, NEGATIVE, 30, "layer must be None \\(every layer\\) or an int from 0 to 29"),
+])  # fmt: skip
+def test_bad_contrast_prompts_are_refused(smollm2, positive, negative, layer, message):
+    with pytest.raises(ValueError, match=message):
+        engine.steering_vector(smollm2, positive, negative, layer)
+
+
+def test_a_direction_is_not_read_from_a_backend_without_layers(smollm2_llamacpp):
+    if smollm2_llamacpp.capabilities.inside:
+        pytest.skip("llama.cpp shows its layers here: the direction is read there too")
+    with pytest.raises(ValueError, match="make it on the numpy engine"):
+        engine.steering_vector(smollm2_llamacpp, POSITIVE, NEGATIVE)
+
+
+@pytest.mark.parametrize("layers, strength, message", [
+    ([30], 1.0, "each layer must be an int from 0 to 29"),
+    ([LAYER, LAYER], 1.0, "listed twice"),
+    ("12", 1.0, "layers must be a list of ints"),
+    ([LAYER], float("nan"), "strength must be a number from -100 to 100"),
+    ([LAYER], 1000, "strength must be a number from -100 to 100"),
+    ([LAYER], True, "strength must be a number"),
+])  # fmt: skip
+def test_bad_steering_is_refused_and_changes_nothing(smollm2, happy, layers, strength, message):
+    session = engine.Session(smollm2, PROMPT, max_new_tokens=2)
+    before = next_token_probs(session)
+    with pytest.raises(ValueError, match=message):
+        session.steer_vector(happy, layers, strength)
+    assert session.actions == [] and session.vector_steering is None and session.residual_table is None
+    assert np.array_equal(next_token_probs(session), before)
+
+
+def test_a_vector_of_another_model_or_layer_zero_on_llamacpp_is_refused(smollm2_llamacpp, story_model, happy):
+    story = engine.steering_vector(story_model, ["mia is happy."], ["mia is sad."])
+    with pytest.raises(ValueError, match="this vector is 30 layers x 576 values, story model needs 1 x"):
+        engine.Session(story_model, "mia", max_new_tokens=2).steer_vector(happy, [0], 1.0)
+    session = engine.Session(smollm2_llamacpp, PROMPT, max_new_tokens=2)
+    with pytest.raises(ValueError, match="needs 30 x 576"):
+        session.steer_vector(story, [0], 1.0)
+    with pytest.raises(ValueError, match="from 1 to 29 .*never steer the first layer"):
+        session.steer_vector(happy, [0], 1.0)
+    with pytest.raises(ValueError, match="must be a SteeringVector"):
+        session.steer_vector(happy.directions, [LAYER], 1.0)
+    assert session.actions == [] and session.vector_steering is None
+
+
+def test_a_control_vector_file_round_trips_and_llamacpp_steers_the_same_with_it(smollm2_llamacpp, happy, tmp_path):
+    path = tmp_path / "happy.gguf"
+    engine.save_steering_vector(happy, path, model_hint="llama")
+    reader = gguf.GGUFReader(str(path))  # what llama.cpp's loader reads: names, metadata, float32 rows
+    assert reader.fields["general.architecture"].contents() == "controlvector"
+    assert reader.fields["controlvector.model_hint"].contents() == "llama"
+    assert reader.fields["controlvector.layer_count"].contents() == 29
+    assert [t.name for t in reader.tensors] == [f"direction.{n}" for n in range(1, 30)]
+    loaded = engine.load_steering_vector(smollm2_llamacpp, path)
+    assert np.array_equal(loaded.directions[1:], happy.directions[1:]) and not loaded.directions[0].any()
+    assert positive_mass(smollm2_llamacpp, loaded, 1.0) == positive_mass(smollm2_llamacpp, happy, 1.0)
+    assert list(tmp_path.iterdir()) == [path]  # written atomically: no temporary left beside it
+
+
+def write(path, layer_count=29, arch="controlvector", rows=None, width=576):
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_string("controlvector.model_hint", "llama")
+    writer.add_int32("controlvector.layer_count", layer_count)
+    for name, row in (rows or {"direction.1": np.ones(width, dtype=np.float32)}).items():
+        writer.add_tensor(name, row)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.mark.parametrize("damage, message", [
+    (dict(layer_count=5), "for a model of 5 layers"),
+    (dict(arch="llama"), "is not a control vector"),
+    (dict(width=100), "must be 576 float32 values"),
+    (dict(rows={"direction.1": np.full(576, np.nan, dtype=np.float32)}), "NaN or infinite"),
+    (dict(rows={"direction.30": np.ones(576, dtype=np.float32)}), "names layer 30"),
+    (dict(rows={"direction.0": np.ones(576, dtype=np.float32)}), "is not direction.N"),
+    (dict(rows={"direction.2": np.ones(576, dtype=np.float16)}), "must be 576 float32 values"),
+])  # fmt: skip
+def test_a_damaged_control_vector_file_is_refused(smollm2, tmp_path, damage, message):
+    with pytest.raises(ValueError, match=message):
+        engine.load_steering_vector(smollm2, write(tmp_path / "bad.gguf", **damage))
+
+
+def test_a_cut_short_control_vector_file_is_refused(smollm2, happy, tmp_path):
+    path = tmp_path / "cut.gguf"
+    engine.save_steering_vector(happy, path)
+    path.write_bytes(path.read_bytes()[:5000])
+    with pytest.raises(ValueError, match="cut.gguf"):
+        engine.load_steering_vector(smollm2, path)
+    with pytest.raises(ValueError, match="not a readable GGUF|cut.gguf"):
+        engine.load_steering_vector(smollm2, tmp_path)  # a folder
+
+
+def test_a_trace_with_a_damaged_vector_action_is_refused(smollm2, happy, tmp_path):
+    session = engine.Session(smollm2, PROMPT, max_new_tokens=2)
+    session.steer_vector(happy, [LAYER], 1.0)
+    session.step()
+    trace = session.trace()
+    action = next(a for a in trace["actions"] if a["kind"] == "vector")
+    action["directions"] = action["directions"][:-8]  # a row cut short
+    with pytest.raises(ValueError, match="a vector action needs"):
+        engine.validate_trace(trace)
