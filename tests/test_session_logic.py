@@ -404,8 +404,9 @@ def test_a_trace_of_every_kind_of_action_replays_bit_for_bit_in_the_same_chunks(
     session.delete_branch(grown.nodes[2])
     session.undo_tree_edit()  # the last delete taken back
     trace = session.trace()
-    # "heads" needs a model whose layers the engine runs: replayed in tests/test_inside.py
-    assert {a["kind"] for a in trace["actions"]} == ACTION_KINDS - {"stream", "heads"} and seen
+    # "heads" and "vector" need a model whose layers the engine runs: replayed in tests/test_inside.py and
+    # tests/test_steering_vectors.py
+    assert {a["kind"] for a in trace["actions"]} == ACTION_KINDS - {"stream", "heads", "vector"} and seen
     engine.save_trace(trace, tmp_path / "trace.json")
     fresh, called = FakeBackend(), len(seen)
     report = engine.replay(engine.load_trace(tmp_path / "trace.json"), fresh)
