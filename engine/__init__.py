@@ -16,7 +16,7 @@ from engine.core.scoring import ScoreResult, score
 from engine.core.seeds import MAX_SEEDS, SeedRun
 from engine.core.session import GenerationResult, Session, generate
 from engine.core.settings import LLAMA_CPP_ORDER, MAX_SEED, MAX_TEMPERATURE, SAMPLERS, Settings
-from engine.core.steering import SteeringVector, steering_vector
+from engine.core.steering import SteeringVector, steering_preview, steering_vector
 from engine.core.steps import TOP_CANDIDATES, Candidates, Step
 from engine.core.timing import ForwardTiming
 from engine.core.trace import load_trace, save_trace, validate_trace
@@ -34,5 +34,5 @@ __all__ = [
     "layer_candidates", "load_model", "load_trace", "logit_lens", "max_threads",
     "next_token_probs", "find_models", "replay", "replay_session", "resources_dir", "save_trace", "score",
     "smollm2_path", "story_measure", "validate_trace", "__version__",
-    "SteeringVector", "steering_vector", "save_steering_vector", "load_steering_vector",
+    "SteeringVector", "steering_preview", "steering_vector", "save_steering_vector", "load_steering_vector",
 ]  # fmt: skip

@@ -7,6 +7,7 @@ and changes nothing; a direction saved as llama.cpp's control-vector GGUF loads 
 import gguf
 import numpy as np
 import pytest
+from fake_backend import FakeBackend
 
 import engine
 
@@ -116,11 +117,24 @@ def test_bad_contrast_prompts_are_refused(smollm2, positive, negative, layer, me
         engine.steering_vector(smollm2, positive, negative, layer)
 
 
-def test_a_direction_is_not_read_from_a_backend_without_layers(smollm2_llamacpp):
-    if smollm2_llamacpp.capabilities.inside:
-        pytest.skip("llama.cpp shows its layers here: the direction is read there too")
+def test_a_backend_without_layers_makes_no_direction_and_takes_none(happy):
+    fake = FakeBackend()  # the scores only, as a server gives them
     with pytest.raises(ValueError, match="make it on the numpy engine"):
-        engine.steering_vector(smollm2_llamacpp, POSITIVE, NEGATIVE)
+        engine.steering_vector(fake, ["ab"], ["cd"])
+    session = engine.Session(fake, "a", max_new_tokens=2)
+    with pytest.raises(ValueError, match="needs the numpy engine or llama.cpp"):
+        session.steer_vector(happy, [LAYER], 1.0)
+    assert session.actions == [] and session.vector_steering is None
+
+
+def test_the_preview_shows_before_and_after_as_the_session_reads_them(model, happy):
+    session = engine.Session(model, PROMPT, max_new_tokens=2)
+    before, after = engine.steering_preview(model, session.ids, happy, [LAYER], 1.0)
+    assert np.array_equal(before, next_token_probs(session))
+    session.steer_vector(happy, [LAYER], 1.0)
+    assert np.array_equal(after, next_token_probs(session)) and not np.array_equal(before, after)
+    with pytest.raises(ValueError, match="ids must be a non-empty"):
+        engine.steering_preview(model, [], happy, [LAYER], 1.0)
 
 
 @pytest.mark.parametrize("layers, strength, message", [

@@ -13,6 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from engine.core.checks import checked_ids
+from engine.core.settings import Settings
+
 MAX_STRENGTH = 100.0  # |strength|: far past where text stays readable, short of overflowing float32
 MAX_PROMPTS = 64  # contrast prompts per side: each is one forward pass
 
@@ -96,6 +99,21 @@ def steering_table(model, vector, layers, strength) -> tuple[tuple[int, ...], fl
     table = np.zeros((count, d), dtype=np.float32)
     table[list(checked)] = np.float32(strength) * vector.directions[list(checked)]
     return checked, strength, table
+
+
+def steering_preview(model, token_ids, vector, layers, strength) -> tuple[np.ndarray, np.ndarray]:
+    """The model's next-token distribution after token_ids ([V] float32) without and with this steering: two
+    forward passes over the text in contexts of their own (a worker's "before / after" chart); no session
+    changes. ValueError as Session.steer_vector's."""
+    _, _, table = steering_table(model, vector, layers, strength)
+    ids = checked_ids(token_ids, 0, model.vocab_size, model.context_length).tolist()
+    rows = []
+    for additions in (None, table):
+        context = model.open_context()
+        if additions is not None:
+            context.set_residual_additions(additions)
+        rows.append(context.distributions(ids, Settings()).raw)
+    return rows[0], rows[1]
 
 
 def _checked_layers(layers, first: int, count: int, name: str) -> tuple[int, ...]:
