@@ -228,3 +228,17 @@ def test_a_trace_with_a_damaged_vector_action_is_refused(smollm2, happy, tmp_pat
     action["directions"] = action["directions"][:-8]  # a row cut short
     with pytest.raises(ValueError, match="a vector action needs"):
         engine.validate_trace(trace)
+
+
+def test_steering_set_or_removed_midway_reads_as_a_fresh_context_under_it(model, happy):
+    """llama.cpp may reuse a decode's graph: a control vector set or cleared between two steps must still
+    change the next one (the text read again under it), as in a context that had it from the start."""
+    session = engine.Session(model, PROMPT, max_new_tokens=8)
+    session.step(), session.step()
+    before, after = engine.steering_preview(model, session.ids, happy, [LAYER], 2.0)
+    session.steer_vector(happy, [LAYER], 2.0)
+    assert np.array_equal(next_token_probs(session), after)
+    session.step()
+    session.steer_vector(happy, [LAYER], 0)
+    before, _ = engine.steering_preview(model, session.ids, happy, [LAYER], 2.0)
+    assert np.array_equal(next_token_probs(session), before)
