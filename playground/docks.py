@@ -10,7 +10,7 @@ from .widgets.scroll_column import ScrollColumn
 
 RIGHT = Qt.DockWidgetArea.RightDockWidgetArea
 BOTTOM = Qt.DockWidgetArea.BottomDockWidgetArea
-STATE_VERSION = 1  # saveState's version: a state saved by another layout of docks is not restored
+STATE_VERSION = 2  # saveState's version: a state saved by another layout of docks is not restored
 
 # objectName, title, the window's attribute for the panel, tooltip, scrolls (a tall panel scrolls in a short dock)
 DOCKS = (
@@ -22,10 +22,19 @@ DOCKS = (
     ("treeDock", "Tree", "tree_panel", "Every branch of the text: click a row to make its branch the text", True),
     ("insideDock", "Inside", "inside_panel", "Inside the model at the selected token: what each layer would "
      "predict (logit lens) and where each head looks (attention)", False),
+    ("steerDock", "Steer", "steer_panel", "Steer the model with a direction in its residual stream, made from two "
+     "lists of texts", True),
     ("compareDock", "Compare", "comparison_panel", "Two models, token by token", False),
     ("stripDock", "Uncertainty", "uncertainty_strip", "How unsure the model was at each step", False),
 )  # fmt: skip
-TABBED = ("rulesDock", "samplersDock", "seedsDock", "treeDock", "insideDock")  # stacked as tabs, under the text
+TABBED = (
+    "rulesDock",
+    "samplersDock",
+    "seedsDock",
+    "treeDock",
+    "insideDock",
+    "steerDock",
+)  # stacked as tabs, under the text
 RAISED = "rulesDock"  # the tab in front by default
 HIDDEN = ("compareDock",)  # shown when a comparison is made
 

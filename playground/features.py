@@ -12,6 +12,8 @@ from .rules.commands import RuleCommands
 from .rules.ruling import Ruling
 from .seeds.commands import SeedCommands
 from .seeds.seeding import Seeding
+from .steer.commands import SteerCommands
+from .steer.steering import Steering
 from .strip.commands import ScoringCommands
 from .strip.scoring import Scoring
 from .traces import Traces
@@ -20,10 +22,10 @@ from .tree.commands import TreeCommands
 
 # made by the worker, in this order (each run's changes reach the tree before the prompt is scored; on closing, the
 # second model is closed before the worker's own)
-WORKER_COMMANDS = (TreeCommands, InsideCommands, SeedCommands, RuleCommands, ScoringCommands, CompareCommands,
-                   ModelCommands)  # fmt: skip
+WORKER_COMMANDS = (TreeCommands, InsideCommands, SteerCommands, SeedCommands, RuleCommands, ScoringCommands,
+                   CompareCommands, ModelCommands)  # fmt: skip
 
 # made by the controller, in this order, each given the controller as its host (controller.<its name>): traces and
 # models first (the others ask whether a trace is viewed or a model loads); recovery last (it may restore a session
 # at once, through the others)
-WINDOW_SIDES = (Traces, Loading, Ruling, Seeding, Scoring, Comparing, Branches, LookingInside, Recovery)
+WINDOW_SIDES = (Traces, Loading, Ruling, Seeding, Scoring, Comparing, Branches, LookingInside, Steering, Recovery)

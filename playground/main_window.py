@@ -39,6 +39,7 @@ from .run_speed import runtime_text
 from .seeds.panel import SeedsPanel
 from .shortcuts import install as install_shortcuts
 from .shortcuts import menu, palette_menu
+from .steer.panel import SteerPanel
 from .strip.uncertainty_strip import UncertaintyStrip
 from .tree.panel import TreePanel
 from .widgets.chart import DistributionChart
@@ -85,6 +86,7 @@ class MainWindow(QMainWindow):
         self.seeds_panel = SeedsPanel()
         self.tree_panel = TreePanel()
         self.inside_panel = InsidePanel()
+        self.steer_panel = SteerPanel()
         self.insert_edit = QLineEdit(objectName="insertTextEdit")
         self.insert_edit.setPlaceholderText("Text to write into the model's output, as if it had said it")
         self.insert_edit.setMinimumWidth(self.insert_edit.fontMetrics().horizontalAdvance("Text to write in"))

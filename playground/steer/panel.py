@@ -1,0 +1,206 @@
+"""The Steer panel: steering the model with a direction in its residual stream (engine.steering_vector). Two lists of
+contrast prompts (one per line; the examples fill them), the layers to add it after, a strength, and a chart of the
+next token's distribution before and after at the current step, so a person sees what the direction does.
+
+The widget only lays out: the window's side (steering.py) asks the worker and fills it (show_direction,
+show_preview, show_steering)."""
+
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QPalette
+from PySide6.QtWidgets import (
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QSlider,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)  # fmt: skip
+
+EXAMPLES = {  # name -> (positive prompts, negative prompts)
+    "happy / sad": (["I am so happy and joyful today.", "What a wonderful, delightful day!", "I love this, it is great."],
+                    ["I am so sad and miserable today.", "What a terrible, awful day.", "I hate this, it is bad."]),
+    "formal / casual": (["Dear Sir, I am writing to inform you of the following.", "We kindly request your attendance.",
+                         "Please find the report enclosed herewith."],
+                        ["hey dude, what's up lol", "gonna grab some food, wanna come?", "yo that's so cool haha"]),
+    "French / English": (["Le chat est sur la table.", "Je vais au marché ce matin.", "Il fait beau aujourd'hui."],
+                         ["The cat is on the table.", "I am going to the market this morning.", "It is nice today."]),
+}  # fmt: skip
+STRENGTH_STEPS = 10  # the slider's units per 1.0 of strength
+STRENGTH_MAX = 8.0
+BARS = 10  # tokens in the before / after chart
+BEFORE, AFTER = (150, 150, 150), (230, 126, 34)
+
+
+class SteerPanel(QWidget):
+    makeRequested = Signal(object, object)  # positive prompts, negative prompts (lists of texts)
+    previewRequested = Signal(object, float)  # layers (0-based), strength: the before / after chart
+    steerRequested = Signal(object, float)  # layers, strength: steer the session from the next step on (0: stop)
+    saveRequested = Signal()
+    loadRequested = Signal()
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("steerPanel")
+        self.examples = QComboBox(objectName="steerExamples")
+        self.examples.addItems(["examples...", *EXAMPLES])
+        self.examples.activated.connect(self._example_chosen)
+        self.positive = QPlainTextEdit(objectName="steerPositive")
+        self.negative = QPlainTextEdit(objectName="steerNegative")
+        for edit, side in ((self.positive, "towards"), (self.negative, "away from")):
+            edit.setPlaceholderText(f"Texts to steer {side}, one per line")
+            edit.setMaximumHeight(56)
+        self.make_button = QPushButton("Make direction", objectName="steerMake")
+        self.make_button.setToolTip("the mean residual stream of the first list minus the second's, at every layer")
+        self.make_button.clicked.connect(lambda: self.makeRequested.emit(self.texts(self.positive),
+                                                                         self.texts(self.negative)))  # fmt: skip
+        self.first_layer = QSpinBox(objectName="steerFirstLayer")
+        self.last_layer = QSpinBox(objectName="steerLastLayer")
+        for spin in (self.first_layer, self.last_layer):
+            spin.setToolTip("the direction is added after these layers (1 = after the first)")
+            spin.valueChanged.connect(self._ask_preview)
+        self.strength = QSlider(Qt.Orientation.Horizontal, objectName="steerStrength")
+        self.strength.setRange(int(-STRENGTH_MAX * STRENGTH_STEPS), int(STRENGTH_MAX * STRENGTH_STEPS))
+        self.strength.setValue(STRENGTH_STEPS)
+        self.strength.setToolTip("how much of the direction is added: negative steers away from the first list")
+        self.strength.valueChanged.connect(self._strength_moved)
+        self.strength_label = QLabel("", objectName="steerStrengthLabel")
+        self.steer_button = QPushButton("Steer", objectName="steerApply")
+        self.steer_button.setToolTip("add the direction from the next step on (logged, replayed)")
+        self.steer_button.clicked.connect(lambda: self.steerRequested.emit(self.layers(), self.strength_value()))
+        self.stop_button = QPushButton("Stop steering", objectName="steerStop")
+        self.stop_button.clicked.connect(lambda: self.steerRequested.emit(self.layers(), 0.0))
+        self.save_button = QPushButton("Save...", objectName="steerSave")
+        self.save_button.setToolTip("save the direction as a llama.cpp control vector (llama-cli --control-vector)")
+        self.save_button.clicked.connect(self.saveRequested)
+        self.load_button = QPushButton("Load...", objectName="steerLoad")
+        self.load_button.clicked.connect(self.loadRequested)
+        self.status = QLabel("Make a direction from two lists of texts, or load one.", objectName="steerStatus")
+        self.status.setWordWrap(True)
+        self.chart = pg.PlotWidget(objectName="steerChart")
+        self.chart.setMinimumSize(220, 160)
+        self.chart.setMouseEnabled(False, False)
+        self.chart.hideButtons()
+        self.chart.addLegend(offset=(-5, 5))
+        self.before = pg.BarGraphItem(x=[], height=[], width=0.4, brush=pg.mkBrush(*BEFORE), name="before")
+        self.after = pg.BarGraphItem(x=[], height=[], width=0.4, brush=pg.mkBrush(*AFTER), name="after")
+        for bars in (self.before, self.after):
+            self.chart.addItem(bars)
+            bars.setVisible(False)  # pyqtgraph's BarGraphItem cannot draw zero bars
+        self._has_direction = False
+        self._shown_tokens: list[str] = []
+        self._layout()
+        self.apply_palette()
+        self._strength_moved()
+        self.set_layer_count(0)
+
+    def _layout(self) -> None:
+        """The controls in a column at the left, the chart at the right: the dock is short, under the text."""
+        column = QVBoxLayout()
+        column.addLayout(_row(self.examples, self.make_button, None))
+        for title, edit in (("Towards", self.positive), ("Away from", self.negative)):
+            column.addWidget(QLabel(title))
+            column.addWidget(edit)
+        column.addLayout(_row(QLabel("after layers"), self.first_layer, QLabel("to"), self.last_layer, None))
+        column.addLayout(_row(QLabel("strength"), self.strength, self.strength_label))
+        column.addLayout(_row(self.steer_button, self.stop_button, None, self.save_button, self.load_button))
+        column.addWidget(self.status)
+        column.addStretch(1)
+        row = QHBoxLayout(self)
+        row.addLayout(column, 1)
+        row.addWidget(self.chart, 1)
+
+    def apply_palette(self) -> None:
+        """The chart in the window's colours (a light or dark Qt palette)."""
+        palette = self.palette()
+        self.chart.setBackground(palette.color(QPalette.ColorRole.Base))
+        for side in ("left", "bottom"):
+            axis = self.chart.getAxis(side)
+            axis.setPen(palette.color(QPalette.ColorRole.Text))
+            axis.setTextPen(palette.color(QPalette.ColorRole.Text))
+
+    # --- what it asks ----------------------------------------------------------------------------------------
+    @staticmethod
+    def texts(edit: QPlainTextEdit) -> list[str]:
+        return [line.strip() for line in edit.toPlainText().splitlines() if line.strip()]
+
+    def layers(self) -> list[int]:  # 0-based, as engine.steering_vector's rows
+        first, last = sorted((self.first_layer.value(), self.last_layer.value()))
+        return list(range(first - 1, last))
+
+    def strength_value(self) -> float:
+        return self.strength.value() / STRENGTH_STEPS
+
+    def _strength_moved(self) -> None:
+        self.strength_label.setText(f"{self.strength_value():+.1f}")
+        self._ask_preview()
+
+    def refresh_preview(self) -> None:
+        """The text changed (a step, a rewind): the chart's next token is another one."""
+        self._ask_preview()
+
+    def _ask_preview(self) -> None:
+        if self._has_direction:
+            self.previewRequested.emit(self.layers(), self.strength_value())
+
+    def _example_chosen(self, index: int) -> None:
+        if index > 0:
+            positive, negative = EXAMPLES[self.examples.itemText(index)]
+            self.positive.setPlainText("\n".join(positive))
+            self.negative.setPlainText("\n".join(negative))
+
+    # --- what it is told --------------------------------------------------------------------------------------
+    def set_layer_count(self, layers: int) -> None:
+        """A model with this many layers (0: none steerable here): the layer range spans the middle third."""
+        for spin in (self.first_layer, self.last_layer):
+            spin.blockSignals(True)
+            spin.setRange(1 if layers else 0, layers)
+        self.first_layer.setValue(max(1, layers // 3) if layers else 0)
+        self.last_layer.setValue(max(1, 2 * layers // 3) if layers else 0)
+        for spin in (self.first_layer, self.last_layer):
+            spin.blockSignals(False)
+        self.show_direction(None, "Make a direction from two lists of texts, or load one." if layers else
+                            "This model's layers are not open to steering here (the numpy engine or llama.cpp is).")  # fmt: skip
+        for widget in (self.make_button, self.load_button, self.first_layer, self.last_layer):
+            widget.setEnabled(bool(layers))
+
+    def show_direction(self, layers: int | None, text: str) -> None:
+        """A direction was made or loaded (layers: its row count) or there is none (None)."""
+        self._has_direction = layers is not None
+        for widget in (self.steer_button, self.stop_button, self.save_button, self.strength):
+            widget.setEnabled(self._has_direction)
+        self.status.setText(text)
+        if not self._has_direction:
+            self.show_preview([], [], [])
+        self._ask_preview()
+
+    def show_steering(self, text: str) -> None:
+        self.status.setText(text)
+
+    def show_preview(self, tokens: list[str], before: list[float], after: list[float]) -> None:
+        """The next token's likeliest (after steering) with their probabilities before and after."""
+        self._shown_tokens = list(tokens)
+        count = len(tokens)
+        self.before.setOpts(x=[i - 0.2 for i in range(count)], height=before)
+        self.after.setOpts(x=[i + 0.2 for i in range(count)], height=after)
+        for bars in (self.before, self.after):
+            bars.setVisible(count > 0)
+        self.chart.getAxis("bottom").setTicks([list(enumerate(tokens))])
+        self.chart.setYRange(0, max([*before, *after, 0.05]) * 1.1)
+        if count:
+            self.chart.setXRange(-0.6, count - 0.4)
+
+    def shown(self) -> list[tuple[str, float, float]]:
+        """(token, before, after) per pair of bars, for tests."""
+        return list(zip(self._shown_tokens, self.before.opts["height"], self.after.opts["height"]))
+
+
+def _row(*widgets) -> QHBoxLayout:
+    """Widgets side by side; None: a stretch."""
+    row = QHBoxLayout()
+    for widget in widgets:
+        row.addStretch(1) if widget is None else row.addWidget(widget)
+    return row

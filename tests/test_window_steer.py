@@ -1,0 +1,60 @@
+"""The Steer panel (playground/steer/): a person types two lists of texts, makes a direction, sees the next token
+before and after it, steers the session with it and saves it, in the real window on the story model (offscreen)."""
+
+from test_window import generate, type_prompt
+
+import engine
+
+WAIT = 60000
+
+
+def make_direction(qtbot, window, positive, negative):
+    panel = window.steer_panel
+    panel.positive.setPlainText("\n".join(positive))
+    panel.negative.setPlainText("\n".join(negative))
+    panel.make_button.click()
+    qtbot.waitUntil(panel.steer_button.isEnabled, timeout=WAIT)
+
+
+def test_a_direction_steers_the_next_token_and_is_saved(qtbot, window, tmp_path):
+    panel = window.steer_panel
+    window.docks.by_name["steerDock"].raise_()
+    layers = window.model.residual_shape[0]
+    assert panel.last_layer.maximum() == layers and not panel.steer_button.isEnabled()  # no direction yet
+    type_prompt(qtbot, window, "mia has a red ball. ben goes to the park. ben has")
+    window.controls.max_tokens.setValue(1)
+    generate(qtbot, window)  # the next token: a colour
+    make_direction(qtbot, window, ["mia has a red ball.", "ben has a red cup."],
+                   ["mia has a blue ball.", "ben has a blue cup."])  # fmt: skip
+    assert "made from 2 + 2 texts" in panel.status.text()
+    panel.strength.setValue(40)  # +4.0
+    session = window.session()
+    before, after = engine.steering_preview(window.model, session.ids, window.controller.worker.steer.vector,
+                                            panel.layers(), 4.0)  # fmt: skip
+    top = after.argsort()[::-1][:10]
+    expected = [(round(float(before[i]), 6), round(float(after[i]), 6)) for i in top]
+    qtbot.waitUntil(lambda: [(round(b, 6), round(a, 6)) for _, b, a in panel.shown()] == expected, timeout=WAIT)
+    assert max(abs(b - a) for b, a in expected) > 0.02  # a person sees what the direction does
+
+    panel.steer_button.click()
+    qtbot.waitUntil(lambda: "Steering with strength +4.0" in panel.status.text(), timeout=WAIT)
+    assert window.session().vector_steering is not None
+    assert window.session().actions[-1]["kind"] == "vector"
+
+    # the story model has one layer; llama.cpp's control-vector format has no slot for layer 0: said, nothing written
+    path = tmp_path / "direction.gguf"
+    with qtbot.waitSignal(window.controller.message, timeout=WAIT) as blocker:
+        window.controller.steering.save_to(str(path))
+    assert "could not save the direction" in blocker.args[0] and "layers 1 and up" in blocker.args[0]
+    assert not path.exists()
+
+    panel.stop_button.click()
+    qtbot.waitUntil(lambda: panel.status.text().startswith("Not steering"), timeout=WAIT)
+    assert window.session().vector_steering is None
+
+
+def test_bad_prompts_say_what_was_wrong(qtbot, window):
+    with qtbot.waitSignal(window.controller.message, timeout=WAIT) as blocker:
+        window.steer_panel.make_button.click()  # both lists empty
+    assert "could not make the direction" in blocker.args[0]
+    assert not window.steer_panel.steer_button.isEnabled()
