@@ -81,7 +81,7 @@ class SteerPanel(QWidget):
         self.status = QLabel("Make a direction from two lists of texts, or load one.", objectName="steerStatus")
         self.status.setWordWrap(True)
         self.chart = pg.PlotWidget(objectName="steerChart")
-        self.chart.setMinimumSize(220, 160)
+        self.chart.setMinimumSize(140, 160)
         self.chart.setMouseEnabled(False, False)
         self.chart.hideButtons()
         self.chart.addLegend(offset=(-5, 5))
@@ -101,12 +101,13 @@ class SteerPanel(QWidget):
         """The controls in a column at the left, the chart at the right: the dock is short, under the text."""
         column = QVBoxLayout()
         column.addLayout(_row(self.examples, self.make_button, None))
+        column.addLayout(_row(self.save_button, self.load_button, None))
         for title, edit in (("Towards", self.positive), ("Away from", self.negative)):
             column.addWidget(QLabel(title))
             column.addWidget(edit)
         column.addLayout(_row(QLabel("after layers"), self.first_layer, QLabel("to"), self.last_layer, None))
         column.addLayout(_row(QLabel("strength"), self.strength, self.strength_label))
-        column.addLayout(_row(self.steer_button, self.stop_button, None, self.save_button, self.load_button))
+        column.addLayout(_row(self.steer_button, self.stop_button, None))
         column.addWidget(self.status)
         column.addStretch(1)
         row = QHBoxLayout(self)
