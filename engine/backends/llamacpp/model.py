@@ -67,9 +67,7 @@ class LlamaCppCache:
         if not ctx:
             raise ValueError(f"llama.cpp could not create a context of {self.positions} positions"
                              f"{_llama_error()}")  # fmt: skip
-        check = library.abort_check(llama)
-        if check is not None:  # model.stop_work() ends a decode in progress at its next graph node
-            llama.llama_set_abort_callback(ctx, check, ctypes.addressof(model._abort_flag))
+        model.abort_on_stop(ctx)
         self.batch = llama.llama_batch_init(self.batch_size, 0, 1)
         self.memory = llama.llama_get_memory(ctx)
         self._made.append((ctx, self.batch))
@@ -134,6 +132,9 @@ def _llama_error() -> str:
 
 class LlamaCppModel(LocalBackend):
     """A GGUF file in llama.cpp (any architecture it supports), with the engine's sampler chain on top."""
+
+    has_inside = True  # its layers through llama.cpp's graph callback (inside.py)
+    _head = None  # the lens's output head (inside.OutputHead), read from the file at the first unembed
 
     def __init__(self, path, *, context_length=None, threads=None, gpu_layers=0, progress=None, weights_sha256=None):
         """progress(done, total) hears how far llama.cpp has read the file (done of 1000); weights_sha256: the
@@ -246,6 +247,39 @@ class LlamaCppModel(LocalBackend):
                 pointer = llama.llama_get_logits(ctx)
                 rows.append(np.ctypeslib.as_array(pointer, shape=(outputs, self._vocab_size)).copy())
         return rows[0] if len(rows) == 1 else np.concatenate(rows)
+
+    @property
+    def heads_shape(self) -> tuple[int, int]:  # (layers, heads): what head_scales index
+        return self.n_layers, self.llama.llama_model_n_head(self.handle)
+
+    @property
+    def n_layers(self) -> int:
+        return self.llama.llama_model_n_layer(self.handle)
+
+    def inside(self, ids, head_scales=None) -> "Inside":  # noqa: F821 - engine.core.inside.Inside
+        """One decode of ids in an inspection context of its own (inside.py): the residual stream at every
+        layer, the last position's attention, the scores; head_scales [layers, heads] scales heads' outputs."""
+        from engine.backends.llamacpp.inside import inspect
+
+        ids = checked_ids(ids, 0, self._vocab_size, self.context_length)
+        if self.work_stopped:
+            raise ValueError(f"{self.name} was told to stop its work (stop_work): no forward pass runs")
+        if not self._free.alive:
+            raise ValueError(f"{self.name} is closed")
+        return inspect(self, ids, head_scales)
+
+    def unembed(self, residuals) -> np.ndarray:  # [..., d] -> [..., vocab]: the final norm and output matrix
+        if self._head is None:
+            from engine.backends.llamacpp.inside import OutputHead, ggml
+
+            self._head = OutputHead(ggml(self.llama), Path(self.source))
+        return self._head(residuals)
+
+    def abort_on_stop(self, ctx) -> None:
+        """stop_work() ends a decode in progress on ctx at its next graph node."""
+        check = library.abort_check(self.llama)
+        if check is not None:
+            self.llama.llama_set_abort_callback(ctx, check, ctypes.addressof(self._abort_flag))
 
     def stop_work(self, stopped: bool = True) -> None:
         """LocalBackend.stop_work; a decode in progress on any of this model's contexts also ends, at its next
