@@ -1,6 +1,7 @@
 """Inside the model: what each layer would predict (the logit lens) and where each head looks (attention).
 
-A model whose forward pass the engine runs (the story model, GGUF llama/qwen2 in numpy: capabilities.inside)
+A model whose layers the engine sees (the story model, GGUF llama/qwen2 in numpy, any GGUF file in llama.cpp
+through its graph callback: capabilities.inside)
 offers two things: `inside(ids)`, one full forward over the ids that keeps the residual stream at every
 position before each layer and after the last, the last position's attention weights in every layer and
 its own scores; and `unembed(residuals)`, the model's final norm and output projection. The logit lens
@@ -47,8 +48,8 @@ class InsideView:
 
 def checked_model(model) -> None:
     if not model.capabilities.inside:
-        raise ValueError(f"{model.name} runs in a backend that does not show its layers (llama.cpp or a server "
-                         "gives the scores only): the logit lens and attention need the numpy engine")  # fmt: skip
+        raise ValueError(f"{model.name} runs in a backend that does not show its layers (a server gives the "
+                         "scores only): the logit lens and attention need the numpy engine or llama.cpp")  # fmt: skip
 
 
 def _checked_table(model, table) -> np.ndarray | None:
@@ -146,7 +147,7 @@ def head_scale_table(model, scales) -> tuple[tuple[tuple[int, int, float], ...],
     head is as trained); ValueError where the engine does not run the model's layers, or an entry is wrong."""
     if not model.capabilities.inside:
         raise ValueError(f"{model.name} runs in a backend whose layers the engine does not run: "
-                         "steering its heads needs the numpy engine")  # fmt: skip
+                         "steering its heads needs the numpy engine or llama.cpp")  # fmt: skip
     layers, heads = model.heads_shape
     checked = _checked_scales(scales, layers, heads)
     table = None
