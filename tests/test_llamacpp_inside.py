@@ -129,6 +129,27 @@ def test_head_scales_on_llamacpp_act_as_the_numpy_engines(smollm2_llamacpp, smol
     np.testing.assert_allclose(view.probs[-1], changed, atol=1e-5)
 
 
+def test_a_session_on_llamacpp_steers_heads_and_replays_bit_for_bit(smollm2_llamacpp):
+    """Session.steer_heads on llama.cpp: the next step reads the text through the scaled heads (the numbers of
+    inside(ids, head_scales)); [] puts the session's context back as it was (flash attention on, no callback);
+    the trace replays identically."""
+    session = engine.Session(smollm2_llamacpp, TEXT, max_new_tokens=6, temperature=0.8, seed=3)
+    before = session.peek()
+    session.steer_heads([(3, head, 0.0) for head in range(9)])
+    steered = session.peek()
+    inside = smollm2_llamacpp.inside(session.ids, head_scales=session.head_table)
+    p = softmax_rows(inside.scores)
+    np.testing.assert_allclose([p[i] for i in steered.token_ids], steered.raw, atol=1e-4)
+    assert steered.token_ids[0] != before.token_ids[0]
+    session.step(), session.step()
+    session.steer_heads([])
+    session.rewind(2)
+    assert session.peek().raw == before.raw  # as trained again: the very numbers of before
+    session.run()
+    report = engine.replay(session.trace(), smollm2_llamacpp)
+    assert report.identical, report.summary()
+
+
 def test_bad_ids_are_refused_before_llamacpp_sees_them(smollm2_llamacpp):
     for ids in ([], [-1], [smollm2_llamacpp.vocab_size], [1] * 513, "abc"):
         with pytest.raises(ValueError):

@@ -106,6 +106,34 @@ class _Taps:
             self.lib.ggml_backend_tensor_set(tensor, weights.ctypes.data, 0, weights.nbytes)
 
 
+class HeadScaler:
+    """A session context's callback while Session.steer_heads is in force: asks only for the attention weights
+    of the layers with a scaled head, and scales them before kqv reads them (every other node runs unasked)."""
+
+    def __init__(self, lib, table: np.ndarray):
+        self.lib, self.table = lib, np.asarray(table, dtype=np.float32)
+        self.layers = {f"kq_soft_max-{n}": n for n in range(len(table)) if (self.table[n] != 1).any()}
+        self.error: BaseException | None = None
+
+    def __call__(self, tensor, ask: bool, _user_data) -> bool:
+        try:
+            layer = self.layers.get(self.lib.ggml_get_name(tensor).decode("utf-8", "replace"))
+            if ask or layer is None:
+                return layer is not None
+            head = _TensorHead.from_address(tensor)
+            if head.type != 0 or not self.lib.ggml_is_contiguous(tensor):
+                raise ValueError("llama.cpp's attention weights are not a contiguous float32 tensor")
+            shape = tuple(int(n) for n in reversed(head.ne[:3]))
+            weights = np.empty(shape, dtype=np.float32)
+            self.lib.ggml_backend_tensor_get(tensor, weights.ctypes.data, 0, weights.nbytes)
+            weights *= self.table[layer][:, None, None]
+            self.lib.ggml_backend_tensor_set(tensor, weights.ctypes.data, 0, weights.nbytes)
+            return True
+        except BaseException as error:  # noqa: BLE001 - nothing may raise into C: kept, decode stopped
+            self.error = error
+            return False
+
+
 def inspect(model, ids: np.ndarray, head_scales=None) -> Inside:
     """One decode of ids (checked) in a context of its own with the callback on -> Inside."""
     llama, lib = model.llama, ggml(model.llama)

@@ -36,6 +36,8 @@ class LlamaCppCache:
         self.positions = model.context_length
         self.batch_size = min(MAX_BATCH, self.positions)
         self.length = 0
+        self.head_scales = None  # [layers, heads] (Session.steer_heads): the context runs inside.HeadScaler
+        self._scaler = None  # the callback of a context made with head_scales (referenced while it lives)
         self.ctx = self.batch = self.memory = None  # made by opened()
         self._made: list = []  # (ctx, batch) once made: what _free frees
         self._free = weakref.finalize(self, _free_context, model.llama, self._made)
@@ -62,6 +64,13 @@ class LlamaCppCache:
         params.n_seq_max = 1
         params.n_threads = params.n_threads_batch = model.threads
         params.no_perf = True
+        if self.head_scales is not None:  # heads scaled: the attention weights as a tensor, then the callback
+            from engine.backends.llamacpp.inside import HeadScaler, ggml
+
+            self._scaler = HeadScaler(ggml(llama), self.head_scales)
+            params.flash_attn_type = llama.LLAMA_FLASH_ATTN_TYPE_DISABLED
+            self._scaler.c_function = llama.ggml_backend_sched_eval_callback(self._scaler)  # C holds a pointer
+            params.cb_eval = self._scaler.c_function
         library.errors.clear()
         ctx = llama.llama_init_from_model(model.handle, params)
         if not ctx:
@@ -73,6 +82,21 @@ class LlamaCppCache:
         self._made.append((ctx, self.batch))
         self.ctx = ctx
         return ctx
+
+    def scale_heads(self, table) -> None:
+        """Heads scaled from now on (None: as trained): an empty cache's context is made again, with the
+        callback or without it (a session's context without scaled heads never carries one)."""
+        same = (table is None) == (self.head_scales is None) and (
+            table is None or np.array_equal(table, self.head_scales)
+        )
+        if same:
+            return
+        if self.length:
+            raise ValueError("heads are scaled on an empty cache only (set_head_scales empties it)")
+        _free_context(self.model.llama, self._made)
+        self._made.clear()
+        self.ctx = self.batch = self.memory = None
+        self.head_scales = None if table is None else np.array(table, dtype=np.float32)
 
     def truncate(self, length: int) -> None:
         if not 0 <= length <= self.length:
@@ -214,11 +238,13 @@ class LlamaCppModel(LocalBackend):
             raise ValueError(f"{self.name} is closed")
         return LlamaCppCache(self)
 
-    def forward_cached(self, ids, cache: LlamaCppCache, last_only: bool = False) -> np.ndarray:
-        """llama.cpp's scores for ids continuing the cache -> float32 [len(ids), vocab] (or [1, vocab])."""
+    def forward_cached(self, ids, cache: LlamaCppCache, last_only: bool = False, head_scales=None) -> np.ndarray:
+        """llama.cpp's scores for ids continuing the cache -> float32 [len(ids), vocab] (or [1, vocab]);
+        head_scales: [layers, heads], each head's output scaled (inside.HeadScaler), None: as trained."""
         ids = checked_ids(ids, cache.length, self._vocab_size, cache.positions)
         if not self._free.alive or not cache._free.alive:
             raise ValueError(f"{self.name} is closed")
+        cache.scale_heads(head_scales)
         ctx = cache.opened()
         llama, batch, start, total = self.llama, cache.batch, cache.length, len(ids)
         rows = []
@@ -235,6 +261,11 @@ class LlamaCppModel(LocalBackend):
             batch.n_tokens = n
             library.errors.clear()
             status = llama.llama_decode(ctx, batch)
+            scaler = cache._scaler
+            if scaler is not None and scaler.error is not None:  # the callback failed: the decode was stopped
+                error, scaler.error = scaler.error, None
+                llama.llama_memory_seq_rm(cache.memory, 0, start, -1)
+                raise ValueError(f"scaling {self.name}'s heads failed: {error}") from error
             if status != 0:
                 llama.llama_memory_seq_rm(cache.memory, 0, start, -1)
                 if status == ABORTED and self.work_stopped:
