@@ -96,9 +96,11 @@ def decoding(tokens: int, rounds: int) -> None:
     before = model_before().LlamaCppModel(path, threads=1, context_length=512)
     rates = {"now": [], "before": []}
     decode_rate(now, 4), decode_rate(before, 4)  # warm
+    order = [("now", now), ("before", before)]
     for _ in range(rounds):
-        for name, model in (("now", now), ("before", before)):
+        for name, model in order:
             rates[name].append(decode_rate(model, tokens))
+        order.reverse()  # neither goes first every round
     print(f"SmolLM2 llama.cpp decode, {tokens} greedy tokens, 1 thread, {rounds} interleaved rounds:")
     for name in ("now", "before"):
         r = rates[name]
