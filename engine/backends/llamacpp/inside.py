@@ -52,11 +52,22 @@ def ggml(llama_cpp):
             lib.ggml_get_name.argtypes = [ctypes.c_void_p]
             lib.ggml_is_contiguous.restype = ctypes.c_bool
             lib.ggml_is_contiguous.argtypes = [ctypes.c_void_p]
+            lib.ggml_nbytes.restype = ctypes.c_size_t
+            lib.ggml_nbytes.argtypes = [ctypes.c_void_p]
             for name in ("ggml_backend_tensor_get", "ggml_backend_tensor_set"):
                 getattr(lib, name).argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t]
                 getattr(lib, name).restype = None
             _lib["lib"] = lib
         return _lib["lib"]
+
+
+def _float_tensor(lib, tensor, name: str) -> _TensorHead:
+    """The tensor's type and shape, checked: contiguous float32 whose shape accounts for its bytes (else the
+    struct is not laid out as _TensorHead reads it, and a read by that shape could overrun: refused)."""
+    head = _TensorHead.from_address(tensor)
+    if head.type != 0 or not lib.ggml_is_contiguous(tensor) or 4 * int(np.prod(head.ne[:4])) != lib.ggml_nbytes(tensor):
+        raise ValueError(f"llama.cpp's {name} is not a contiguous float32 tensor as this engine reads it")
+    return head
 
 
 class _Taps:
@@ -75,9 +86,7 @@ class _Taps:
             kind, _, layer = name.partition("-")
             if ask:
                 return name in _EMBEDDING_NAMES or (kind in ("l_out", "kq_soft_max") and layer.isdigit())
-            head = _TensorHead.from_address(tensor)
-            if head.type != 0 or not self.lib.ggml_is_contiguous(tensor):  # F32, contiguous: what we read
-                raise ValueError(f"llama.cpp's {name} is not a contiguous float32 tensor")
+            head = _float_tensor(self.lib, tensor, name)
             if name in _EMBEDDING_NAMES:
                 self.embedding.setdefault(name, []).append(self._read(tensor, head, 2))
             elif kind == "l_out":
@@ -120,9 +129,7 @@ class HeadScaler:
             layer = self.layers.get(self.lib.ggml_get_name(tensor).decode("utf-8", "replace"))
             if ask or layer is None:
                 return layer is not None
-            head = _TensorHead.from_address(tensor)
-            if head.type != 0 or not self.lib.ggml_is_contiguous(tensor):
-                raise ValueError("llama.cpp's attention weights are not a contiguous float32 tensor")
+            head = _float_tensor(self.lib, tensor, "the attention weights")
             shape = tuple(int(n) for n in reversed(head.ne[:3]))
             weights = np.empty(shape, dtype=np.float32)
             self.lib.ggml_backend_tensor_get(tensor, weights.ctypes.data, 0, weights.nbytes)
