@@ -150,6 +150,22 @@ def test_a_session_on_llamacpp_steers_heads_and_replays_bit_for_bit(smollm2_llam
     assert report.identical, report.summary()
 
 
+def test_a_text_longer_than_a_chunk_is_read_in_chunks_with_the_same_numbers(smollm2_llamacpp, monkeypatch):
+    """The inspection decodes MAX_UBATCH positions at a time (llama.cpp's logits buffer holds one chunk's): the
+    stream and the last position's attention come out as from one chunk, in order."""
+    import engine.backends.llamacpp.inside as lc_inside
+
+    ids = smollm2_llamacpp.tokenizer.encode(TEXT * 2)
+    whole = smollm2_llamacpp.inside(ids)
+    monkeypatch.setattr(lc_inside, "MAX_UBATCH", 5)
+    chunked = smollm2_llamacpp.inside(ids)
+    assert chunked.residuals.shape == whole.residuals.shape and chunked.attention.shape == whole.attention.shape
+    # here: the stream and scores bit for bit, the attention within 3e-7
+    np.testing.assert_allclose(chunked.residuals, whole.residuals, atol=1e-5 * np.abs(whole.residuals).max())
+    np.testing.assert_allclose(chunked.attention, whole.attention, atol=1e-5)
+    np.testing.assert_allclose(softmax_rows(chunked.scores), softmax_rows(whole.scores), atol=1e-5)
+
+
 def test_bad_ids_are_refused_before_llamacpp_sees_them(smollm2_llamacpp):
     for ids in ([], [-1], [smollm2_llamacpp.vocab_size], [1] * 513, "abc"):
         with pytest.raises(ValueError):

@@ -1,6 +1,6 @@
 """Inside a model llama.cpp runs: its residual stream and attention, read through llama.cpp's graph callback.
 
-inspect(model, ids) decodes the ids once in an inspection context of their own (made for this call and freed
+inspect(model, ids) reads the ids once (in chunks of MAX_UBATCH) in an inspection context of their own (made for this call and freed
 after: the sessions' contexts never carry the callback, so generation costs what it did), flash attention off
 so that each layer's attention weights exist as a tensor (`kq_soft_max-N`; flash attention fuses them away).
 ggml hands every node of the graph to the callback, first to ask (do you want this one?) and then, for the
@@ -108,11 +108,17 @@ class _Taps:
         """[1, heads, tokens, cells]: the last token's row of each head kept (the last ubatch's is the text's
         last position; cells are positions, in order, in a fresh context), then each head scaled."""
         cells, tokens, heads = (int(n) for n in head.ne[:3])
-        weights = self._read(tensor, head, 3)  # [heads, tokens, cells]
-        self.attention[layer] = weights[:, -1, : self.length].copy()
         if self.head_scales is not None and (self.head_scales[layer] != 1).any():
+            weights = self._read(tensor, head, 3)  # [heads, tokens, cells]
+            self.attention[layer] = weights[:, -1, : self.length].copy()
             weights *= self.head_scales[layer][:, None, None]
             self.lib.ggml_backend_tensor_set(tensor, weights.ctypes.data, 0, weights.nbytes)
+            return
+        rows = np.empty((heads, cells), dtype=np.float32)  # the last token's row of each head: not [heads, T, T]
+        for h in range(heads):
+            offset = h * head.nb[2] + (tokens - 1) * head.nb[1]
+            self.lib.ggml_backend_tensor_get(tensor, rows[h].ctypes.data, offset, rows[h].nbytes)
+        self.attention[layer] = rows[:, : self.length]
 
 
 class HeadScaler:
@@ -142,14 +148,17 @@ class HeadScaler:
 
 
 def inspect(model, ids: np.ndarray, head_scales=None) -> Inside:
-    """One decode of ids (checked) in a context of its own with the callback on -> Inside."""
+    """The ids (checked) decoded in a context of their own with the callback on -> Inside: chunks of
+    MAX_UBATCH positions, each with every position an output (llama.cpp's logits buffer holds one chunk's:
+    8,192 positions of Gemma 3 at once would be 8.6 GB)."""
     llama, lib = model.llama, ggml(model.llama)
     length = len(ids)
+    chunk = min(length, MAX_UBATCH)
     taps = _Taps(lib, model.n_layers, length, head_scales)
     callback = llama.ggml_backend_sched_eval_callback(taps)  # referenced until the context is freed
     params = llama.llama_context_default_params()
-    params.n_ctx = params.n_batch = length
-    params.n_ubatch = min(length, MAX_UBATCH)
+    params.n_ctx = length
+    params.n_batch = params.n_ubatch = chunk
     params.n_seq_max = 1
     params.n_threads = params.n_threads_batch = model.threads
     params.flash_attn_type = llama.LLAMA_FLASH_ATTN_TYPE_DISABLED  # the attention weights as a tensor
@@ -159,25 +168,31 @@ def inspect(model, ids: np.ndarray, head_scales=None) -> Inside:
     ctx = llama.llama_init_from_model(model.handle, params)
     if not ctx:
         raise ValueError(f"llama.cpp could not create an inspection context of {length} positions")
-    batch = llama.llama_batch_init(length, 0, 1)
+    batch = llama.llama_batch_init(chunk, 0, 1)
     try:
         model.abort_on_stop(ctx)
-        for i, token in enumerate(ids):
-            batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = int(token), i, 1, True
-            batch.seq_id[i][0] = 0
-        batch.n_tokens = length
-        status = llama.llama_decode(ctx, batch)
-        if taps.error is not None:
-            raise taps.error
-        if status != 0:
-            if model.work_stopped:
-                raise ValueError(f"{model.name} was told to stop its work (stop_work): decoding stopped")
-            raise ValueError(f"llama.cpp could not decode {length} tokens for inspection (status {status})")
+        for start in range(0, length, chunk):
+            _decode(model, ctx, batch, ids[start : start + chunk], start, taps)
         scores = np.ctypeslib.as_array(llama.llama_get_logits_ith(ctx, -1), shape=(model.vocab_size,)).copy()
     finally:
         llama.llama_batch_free(batch)
         llama.llama_free(ctx)
     return _assembled(taps, model.name, scores)
+
+
+def _decode(model, ctx, batch, ids, start: int, taps: _Taps) -> None:
+    llama = model.llama
+    for i, token in enumerate(ids):
+        batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = int(token), start + i, 1, True
+        batch.seq_id[i][0] = 0
+    batch.n_tokens = len(ids)
+    status = llama.llama_decode(ctx, batch)
+    if taps.error is not None:
+        raise taps.error
+    if status != 0:
+        if model.work_stopped:
+            raise ValueError(f"{model.name} was told to stop its work (stop_work): decoding stopped")
+        raise ValueError(f"llama.cpp could not decode {len(ids)} tokens at {start} for inspection (status {status})")
 
 
 def _assembled(taps: _Taps, name: str, scores: np.ndarray) -> Inside:
