@@ -1,8 +1,9 @@
 """Inside a model llama.cpp runs: its residual stream and attention, read through llama.cpp's graph callback.
 
-inspect(model, ids) reads the ids once (in chunks of MAX_UBATCH) in an inspection context of their own (made for this call and freed
-after: the sessions' contexts never carry the callback, so generation costs what it did), flash attention off
-so that each layer's attention weights exist as a tensor (`kq_soft_max-N`; flash attention fuses them away).
+inspect(model, ids) reads the ids once (chunks of MAX_UBATCH) in an inspection context of their own (made for
+this call and freed after: the sessions' contexts never carry the callback, so generation costs what it did),
+flash attention off so that each layer's attention weights exist as a tensor (`kq_soft_max-N`; flash
+attention fuses them away).
 ggml hands every node of the graph to the callback, first to ask (do you want this one?) and then, for the
 ones we want, with its data computed and before any consumer reads it:
 - the layers' input: `inp_scaled` where the architecture scales its embedding (Gemma: times sqrt(d)), else
