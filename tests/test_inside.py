@@ -98,10 +98,13 @@ def test_asking_changes_nothing_in_a_session(story_model):
     assert [s.to_dict() for s in session.run()] == [s.to_dict() for s in twin.run()]
 
 
-def test_a_backend_without_layers_is_refused(smollm2_llamacpp):
-    with pytest.raises(ValueError, match="the logit lens and attention need the numpy engine"):
-        engine.logit_lens(smollm2_llamacpp, [1, 2, 3])
-    assert not smollm2_llamacpp.capabilities.inside
+def test_a_backend_without_layers_is_refused():
+    from tests.fake_backend import FakeStreamingBackend
+
+    server = FakeStreamingBackend()  # a server: the scores only
+    with pytest.raises(ValueError, match="the logit lens and attention need the numpy engine or llama.cpp"):
+        engine.logit_lens(server, [1, 2, 3])
+    assert not server.capabilities.inside
 
 
 def test_bad_ids_are_refused(story_model):
@@ -159,9 +162,11 @@ def test_bad_head_scales_are_refused_and_change_nothing(story_model, scales, mes
     assert session.actions == [] and session.head_scales == ()
 
 
-def test_steering_heads_needs_the_numpy_engine(smollm2_llamacpp, smollm2):
-    with pytest.raises(ValueError, match="steering its heads needs the numpy engine"):
-        engine.Session(smollm2_llamacpp, "Hello", max_new_tokens=2).steer_heads([(0, 0, 0.0)])
+def test_steering_heads_needs_an_engine_that_runs_the_layers(smollm2):
+    from tests.fake_backend import FakeStreamingBackend
+
+    with pytest.raises(ValueError, match="steering its heads needs the numpy engine or llama.cpp"):
+        engine.Session(FakeStreamingBackend(), "ab", max_new_tokens=2).steer_heads([(0, 0, 0.0)])
     session = engine.Session(smollm2, "The capital of France is", max_new_tokens=2)
     before = session.peek()
     session.steer_heads([(5, 2, 0.0), (20, 1, 2.0)])

@@ -119,7 +119,7 @@ def test_bad_contrast_prompts_are_refused(smollm2, positive, negative, layer, me
 
 def test_a_backend_without_layers_makes_no_direction_and_takes_none(happy):
     fake = FakeBackend()  # the scores only, as a server gives them
-    with pytest.raises(ValueError, match="make it on the numpy engine"):
+    with pytest.raises(ValueError, match="make it where the model runs on the numpy engine or llama.cpp"):
         engine.steering_vector(fake, ["ab"], ["cd"])
     session = engine.Session(fake, "a", max_new_tokens=2)
     with pytest.raises(ValueError, match="needs the numpy engine or llama.cpp"):
@@ -242,3 +242,25 @@ def test_steering_set_or_removed_midway_reads_as_a_fresh_context_under_it(model,
     session.steer_vector(happy, [LAYER], 0)
     before, _ = engine.steering_preview(model, session.ids, happy, [LAYER], 2.0)
     assert np.array_equal(next_token_probs(session), before)
+
+
+def test_a_direction_and_scaled_heads_together_on_both_engines(model, happy, tmp_path):
+    """Scaling heads makes llama.cpp's context again (with its callback): the control vector set on the old one must
+    be set on the new one too. Both engines: the next token under both equals a fresh session's under both, the
+    direction still acts (it differs from the heads alone), and the trace replays bit for bit."""
+    heads = [(LAYER, 0, 0.0), (LAYER + 1, 2, 0.5)]
+    session = engine.Session(model, PROMPT, max_new_tokens=6, temperature=0.8, seed=5)
+    session.step()
+    session.steer_vector(happy, [LAYER], 2.0)
+    session.step()
+    session.steer_heads(heads)
+    both = next_token_probs(session)
+    fresh = engine.Session(model, session.text, max_new_tokens=1)
+    fresh.steer_heads(heads)
+    heads_only = next_token_probs(fresh)
+    fresh.steer_vector(happy, [LAYER], 2.0)
+    np.testing.assert_allclose(both, next_token_probs(fresh), atol=2e-5)
+    assert np.abs(both - heads_only).max() > 1e-3
+    session.run()
+    engine.save_trace(session.trace(), tmp_path / "both.json")
+    assert engine.replay(engine.load_trace(tmp_path / "both.json"), model).identical

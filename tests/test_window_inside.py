@@ -1,6 +1,6 @@
 """The Inside tab (issue 17): for the selected step, what each layer would predict (the logit lens, its layers
 in the chart) and where each head looks (attention), computed in the worker on demand only; a backend
-without layers says so. Real window, story model (and llama.cpp's SmolLM2 for the plain sentence)."""
+without layers says so. Real window, story model (and a server's plain sentence)."""
 
 import threading
 
@@ -75,11 +75,13 @@ def test_the_lens_and_attention_of_a_selected_step(qtbot, window, monkeypatch):
     assert engine.replay(session.trace(), window.model).identical
 
 
-def test_a_backend_without_layers_says_so(qtbot, smollm2_llamacpp, prefs):
+def test_a_backend_without_layers_says_so(qtbot, prefs):
     from conftest import shown_window
+    from fake_backend import FakeStreamingBackend
 
-    window = shown_window(qtbot, smollm2_llamacpp, prefs)
+    server = FakeStreamingBackend()  # a server: the scores only
+    window = shown_window(qtbot, server, prefs)
     window.show_panel(window.inside_panel)
     note = child(window, QLabel, "insideUnavailable")
-    assert note.isVisible() and "numpy engine" in note.text() and smollm2_llamacpp.name in note.text()
+    assert note.isVisible() and "numpy engine or llama.cpp" in note.text() and server.name in note.text()
     window.close()

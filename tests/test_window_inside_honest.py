@@ -1,7 +1,7 @@
 """The Inside tab never misleads (issue 24): after a model switch, a change of the text or of the steered heads
 it shows the text as it is now or nothing; the lens slider and the chart name the same layer; while any head
 is steered a banner above the text says which, whichever tab is open. Real window: the story model, SmolLM2
-on numpy (30 layers) and on llama.cpp (none)."""
+on numpy and on llama.cpp (30 layers both)."""
 
 import numpy as np
 import pytest
@@ -102,10 +102,13 @@ def test_a_model_switch_shows_nothing_of_the_old_model(qtbot, window, monkeypatc
     assert labels[0] == shown.layers[15].tokens[0]  # the steered layer 15's own top token
     assert banner(window)[0].text() == "Steering: layer 1 head 4 ablated"
 
-    switch(qtbot, window, "smollm2", backend="llama.cpp", threads=1, context_length=512)  # no layers
-    assert_shows_nothing(window, saying="numpy engine")
-    assert not child(window, QLabel, "insideTitle").isVisible()
+    switch(qtbot, window, "smollm2", backend="llama.cpp", threads=1, context_length=512)  # layers too (issue 28)
+    assert_shows_nothing(window, saying="Step")
     assert "logit lens" not in chart_title(window) and not banner(window)[0].isVisible()
+    shown = open_inside_and_step(qtbot, window, "Once upon a time, there was a little")
+    assert len(tab_shows(window)["lens"]) == 31 and shown.view.attention.shape[:2] == (30, 9)
+    expected = engine.inside_view(window.model, window.session().ids)
+    assert np.array_equal(shown.view.probs, expected.probs)
 
 
 def test_the_tab_follows_the_text_or_clears(qtbot, window, tmp_path):

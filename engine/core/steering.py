@@ -68,8 +68,8 @@ def make_vector(directions, positive=(), negative=(), model_name="", weights_sha
 def check_inside(model) -> None:
     if not getattr(model.capabilities, "inside", False):
         raise ValueError(f"{model.name} runs in a backend that does not show its layers: a steering vector is read "
-                         "from the residual stream, so make it on the numpy engine (load_model(..., backend="
-                         "'numpy')) and apply it on either")  # fmt: skip
+                         "from the residual stream, so make it where the model runs on the numpy engine or llama.cpp, "
+                         "and apply it there")  # fmt: skip
 
 
 def residual_shape(model) -> tuple[int, int]:

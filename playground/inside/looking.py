@@ -7,8 +7,7 @@ text's steps, a model switch, a steer), and it asks again for what the view show
 the slider stays picked across those (while the model has it), and the chart is drawn again for it.
 
 Computed on demand only: while the tab is shown and no run goes on, for the position the view selects; a
-generation computes nothing for it, open or closed. A backend that does not show its layers (llama.cpp, a
-server) gets a plain sentence instead of empty panels."""
+generation computes nothing for it, open or closed. A backend that does not show its layers (a server) gets a plain sentence instead of empty panels."""
 
 from PySide6.QtCore import QObject, Signal
 
@@ -17,8 +16,8 @@ from .shown import InsideShown
 UNAVAILABLE = (
     "{name} runs on {engine}, which gives the model's scores but not its layers: the logit lens and attention need "
 )
-LLAMA_CPP = "the numpy engine (open the GGUF file with the numpy engine: the model's Settings...)."
-SERVER = "the model's weights in this process (open its GGUF file here with the numpy engine)."
+LOCAL = "the numpy engine or llama.cpp (open the model's GGUF file with either: the model's Settings...)."
+SERVER = "the model's weights in this process (open its GGUF file here with the numpy engine or llama.cpp)."
 EMPTY = ("Type a prompt and press Step (or Generate): then select a token, or pause, to see what each layer would "
          "predict there and where each head looks")  # fmt: skip
 SELECT = "Select a token, or pause, to look inside the model"
@@ -64,8 +63,8 @@ class LookingInside(QObject):
         self._show_scales(())  # a new model's session reads it as trained
         if not model.capabilities.inside:
             served = str(model.source).startswith(("http://", "https://"))
-            text = UNAVAILABLE.format(name=model.name, engine="a server" if served else "llama.cpp")
-            self.panel.show_unavailable(text + (SERVER if served else LLAMA_CPP))
+            text = UNAVAILABLE.format(name=model.name, engine="a server" if served else "its backend")
+            self.panel.show_unavailable(text + (SERVER if served else LOCAL))
 
     def _key(self) -> tuple:
         """What the tab's numbers depend on: the heads steered, the position selected, and the text (its step count

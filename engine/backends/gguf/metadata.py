@@ -40,6 +40,7 @@ class GGUFHeader:
     fields: dict = field(default_factory=dict)
     types: dict = field(default_factory=dict)
     tensors: dict = field(default_factory=dict)
+    data_start: int = 0  # where the tensor data begins (the offsets count from there), once the tensors are read
 
 
 class _Cursor:
@@ -143,6 +144,8 @@ def read_header(path, tensors: bool = True, stop_after: str | None = None) -> GG
                 if name in header.tensors:
                     raise ValueError(f"tensor {name!r} is listed twice")
                 header.tensors[name] = (dims, kind, offset)
+            alignment = header.fields.get("general.alignment", 32)
+            header.data_start = -(-cursor.offset // alignment) * alignment if isinstance(alignment, int) else 0
         return header
 
 

@@ -36,6 +36,8 @@ class LlamaCppCache:
         self.positions = model.context_length
         self.batch_size = min(MAX_BATCH, self.positions)
         self.length = 0
+        self.head_scales = None  # [layers, heads] (Session.steer_heads): the context runs inside.HeadScaler
+        self._scaler = None  # the callback of a context made with head_scales (referenced while it lives)
         self.ctx = self.batch = self.memory = None  # made by opened()
         self.additions = None  # the residual additions set on the context (set_additions); None: none
         self._made: list = []  # (ctx, batch) once made: what _free frees
@@ -63,14 +65,19 @@ class LlamaCppCache:
         params.n_seq_max = 1
         params.n_threads = params.n_threads_batch = model.threads
         params.no_perf = True
+        if self.head_scales is not None:  # heads scaled: the attention weights as a tensor, then the callback
+            from engine.backends.llamacpp.inside import HeadScaler, ggml
+
+            self._scaler = HeadScaler(ggml(llama), self.head_scales)
+            params.flash_attn_type = llama.LLAMA_FLASH_ATTN_TYPE_DISABLED
+            self._scaler.c_function = llama.ggml_backend_sched_eval_callback(self._scaler)  # C holds a pointer
+            params.cb_eval = self._scaler.c_function
         library.errors.clear()
         ctx = llama.llama_init_from_model(model.handle, params)
         if not ctx:
             raise ValueError(f"llama.cpp could not create a context of {self.positions} positions"
                              f"{_llama_error()}")  # fmt: skip
-        check = library.abort_check(llama)
-        if check is not None:  # model.stop_work() ends a decode in progress at its next graph node
-            llama.llama_set_abort_callback(ctx, check, ctypes.addressof(model._abort_flag))
+        model.abort_on_stop(ctx)
         self.batch = llama.llama_batch_init(self.batch_size, 0, 1)
         self.memory = llama.llama_get_memory(ctx)
         self._made.append((ctx, self.batch))
@@ -95,6 +102,22 @@ class LlamaCppCache:
         if status != 0:
             raise ValueError(f"llama.cpp could not set the steering vector (status {status}){_llama_error()}")
         self.additions = additions
+
+    def scale_heads(self, table) -> None:
+        """Heads scaled from now on (None: as trained): an empty cache's context is made again, with the
+        callback or without it (a session's context without scaled heads never carries one)."""
+        same = (table is None) == (self.head_scales is None) and (
+            table is None or np.array_equal(table, self.head_scales)
+        )
+        if same:
+            return
+        if self.length:
+            raise ValueError("heads are scaled on an empty cache only (set_head_scales empties it)")
+        _free_context(self.model.llama, self._made)
+        self._made.clear()
+        self.ctx = self.batch = self.memory = None
+        self.additions = None  # the new context has no control vector yet: forward_cached sets it again
+        self.head_scales = None if table is None else np.array(table, dtype=np.float32)
 
     def truncate(self, length: int) -> None:
         if not 0 <= length <= self.length:
@@ -155,6 +178,8 @@ def _llama_error() -> str:
 class LlamaCppModel(LocalBackend):
     """A GGUF file in llama.cpp (any architecture it supports), with the engine's sampler chain on top."""
 
+    has_inside = True  # its layers through llama.cpp's graph callback (inside.py)
+    _head = None  # the lens's output head (inside.OutputHead), read from the file at the first unembed
     residual_steering = True  # llama.cpp's control vectors (LlamaCppCache.set_additions)
     first_steerable_layer = 1  # llama.cpp's control vector has no slot for the first layer's output
 
@@ -240,12 +265,16 @@ class LlamaCppModel(LocalBackend):
             raise ValueError(f"{self.name} is closed")
         return LlamaCppCache(self)
 
-    def forward_cached(self, ids, cache: LlamaCppCache, last_only: bool = False, residual_add=None) -> np.ndarray:
-        """llama.cpp's scores for ids continuing the cache -> float32 [len(ids), vocab] (or [1, vocab]).
-        residual_add: [layers, d] added to the stream after each layer (llama.cpp's control vector)."""
+    def forward_cached(
+        self, ids, cache: LlamaCppCache, last_only: bool = False, head_scales=None, residual_add=None
+    ) -> np.ndarray:
+        """llama.cpp's scores for ids continuing the cache -> float32 [len(ids), vocab] (or [1, vocab]);
+        head_scales: [layers, heads], each head's output scaled (inside.HeadScaler), None: as trained; residual_add:
+        [layers, d] added to the stream after each layer (llama.cpp's control vector), None: none."""
         ids = checked_ids(ids, cache.length, self._vocab_size, cache.positions)
         if not self._free.alive or not cache._free.alive:
             raise ValueError(f"{self.name} is closed")
+        cache.scale_heads(head_scales)
         ctx = cache.opened()
         cache.set_additions(residual_add)
         llama, batch, start, total = self.llama, cache.batch, cache.length, len(ids)
@@ -263,6 +292,11 @@ class LlamaCppModel(LocalBackend):
             batch.n_tokens = n
             library.errors.clear()
             status = llama.llama_decode(ctx, batch)
+            scaler = cache._scaler
+            if scaler is not None and scaler.error is not None:  # the callback failed: the decode was stopped
+                error, scaler.error = scaler.error, None
+                llama.llama_memory_seq_rm(cache.memory, 0, start, -1)
+                raise ValueError(f"scaling {self.name}'s heads failed: {error}") from error
             if status != 0:
                 llama.llama_memory_seq_rm(cache.memory, 0, start, -1)
                 if status == ABORTED and self.work_stopped:
@@ -275,6 +309,39 @@ class LlamaCppModel(LocalBackend):
                 pointer = llama.llama_get_logits(ctx)
                 rows.append(np.ctypeslib.as_array(pointer, shape=(outputs, self._vocab_size)).copy())
         return rows[0] if len(rows) == 1 else np.concatenate(rows)
+
+    @property
+    def heads_shape(self) -> tuple[int, int]:  # (layers, heads): what head_scales index
+        return self.n_layers, self.llama.llama_model_n_head(self.handle)
+
+    @property
+    def n_layers(self) -> int:
+        return self.llama.llama_model_n_layer(self.handle)
+
+    def inside(self, ids, head_scales=None) -> "Inside":  # noqa: F821 - engine.core.inside.Inside
+        """One decode of ids in an inspection context of its own (inside.py): the residual stream at every
+        layer, the last position's attention, the scores; head_scales [layers, heads] scales heads' outputs."""
+        from engine.backends.llamacpp.inside import inspect
+
+        ids = checked_ids(ids, 0, self._vocab_size, self.context_length)
+        if self.work_stopped:
+            raise ValueError(f"{self.name} was told to stop its work (stop_work): no forward pass runs")
+        if not self._free.alive:
+            raise ValueError(f"{self.name} is closed")
+        return inspect(self, ids, head_scales)
+
+    def unembed(self, residuals) -> np.ndarray:  # [..., d] -> [..., vocab]: the final norm and output matrix
+        if self._head is None:
+            from engine.backends.llamacpp.inside import OutputHead, ggml
+
+            self._head = OutputHead(ggml(self.llama), Path(self.source))
+        return self._head(residuals)
+
+    def abort_on_stop(self, ctx) -> None:
+        """stop_work() ends a decode in progress on ctx at its next graph node."""
+        check = library.abort_check(self.llama)
+        if check is not None:
+            self.llama.llama_set_abort_callback(ctx, check, ctypes.addressof(self._abort_flag))
 
     def stop_work(self, stopped: bool = True) -> None:
         """LocalBackend.stop_work; a decode in progress on any of this model's contexts also ends, at its next
