@@ -23,7 +23,7 @@ DOCKS = (
     ("insideDock", "Inside", "inside_panel", "Inside the model at the selected token: what each layer would "
      "predict (logit lens) and where each head looks (attention)", False),
     ("steerDock", "Steer", "steer_panel", "Steer the model with a direction in its residual stream, made from two "
-     "lists of texts", True),
+     "lists of texts", False),
     ("compareDock", "Compare", "comparison_panel", "Two models, token by token", False),
     ("stripDock", "Uncertainty", "uncertainty_strip", "How unsure the model was at each step", False),
 )  # fmt: skip

@@ -52,6 +52,7 @@ class SteerPanel(QWidget):
         self.negative = QPlainTextEdit(objectName="steerNegative")
         for edit, side in ((self.positive, "towards"), (self.negative, "away from")):
             edit.setPlaceholderText(f"Texts to steer {side}, one per line")
+            edit.setMinimumHeight(34)  # the dock is short: two lines show, the rest scrolls in the box
             edit.setMaximumHeight(56)
         self.make_button = QPushButton("Make direction", objectName="steerMake")
         self.make_button.setToolTip("the mean residual stream of the first list minus the second's, at every layer")
@@ -84,9 +85,11 @@ class SteerPanel(QWidget):
         self.chart.setMinimumSize(140, 160)
         self.chart.setMouseEnabled(False, False)
         self.chart.hideButtons()
-        self.chart.addLegend(offset=(-5, 5))
-        self.before = pg.BarGraphItem(x=[], height=[], width=0.4, brush=pg.mkBrush(*BEFORE), name="before")
-        self.after = pg.BarGraphItem(x=[], height=[], width=0.4, brush=pg.mkBrush(*AFTER), name="after")
+        self.chart.addLegend(offset=(-5, -5))  # bottom right: the short bars' end
+        self.chart.invertY(True)  # the likeliest at the top, as in the main chart
+        self.chart.getAxis("left").setWidth(90)  # room for the tokens' texts
+        self.before = pg.BarGraphItem(x0=[], y=[], width=[], height=0.4, brush=pg.mkBrush(*BEFORE), name="before")
+        self.after = pg.BarGraphItem(x0=[], y=[], width=[], height=0.4, brush=pg.mkBrush(*AFTER), name="after")
         for bars in (self.before, self.after):
             self.chart.addItem(bars)
             bars.setVisible(False)  # pyqtgraph's BarGraphItem cannot draw zero bars
@@ -185,18 +188,18 @@ class SteerPanel(QWidget):
         """The next token's likeliest (after steering) with their probabilities before and after."""
         self._shown_tokens = list(tokens)
         count = len(tokens)
-        self.before.setOpts(x=[i - 0.2 for i in range(count)], height=before)
-        self.after.setOpts(x=[i + 0.2 for i in range(count)], height=after)
+        self.before.setOpts(x0=[0] * count, y=[i - 0.2 for i in range(count)], width=before)
+        self.after.setOpts(x0=[0] * count, y=[i + 0.2 for i in range(count)], width=after)
         for bars in (self.before, self.after):
             bars.setVisible(count > 0)
-        self.chart.getAxis("bottom").setTicks([list(enumerate(tokens))])
-        self.chart.setYRange(0, max([*before, *after, 0.05]) * 1.1)
+        self.chart.getAxis("left").setTicks([list(enumerate(tokens))])  # horizontal bars: the tokens readable
+        self.chart.setXRange(0, max([*before, *after, 0.05]) * 1.1)
         if count:
-            self.chart.setXRange(-0.6, count - 0.4)
+            self.chart.setYRange(-0.6, count - 0.4)
 
     def shown(self) -> list[tuple[str, float, float]]:
         """(token, before, after) per pair of bars, for tests."""
-        return list(zip(self._shown_tokens, self.before.opts["height"], self.after.opts["height"]))
+        return list(zip(self._shown_tokens, self.before.opts["width"], self.after.opts["width"]))
 
 
 def _row(*widgets) -> QHBoxLayout:
