@@ -264,3 +264,42 @@ def test_a_direction_and_scaled_heads_together_on_both_engines(model, happy, tmp
     session.run()
     engine.save_trace(session.trace(), tmp_path / "both.json")
     assert engine.replay(engine.load_trace(tmp_path / "both.json"), model).identical
+
+
+@pytest.fixture(scope="module")
+def gemma3():
+    from test_llamacpp import gemma3_path
+
+    loaded = engine.load_model(gemma3_path(), backend="llama.cpp", threads=1, context_length=512)
+    yield loaded
+    loaded.close()
+
+
+def test_a_direction_made_on_llamacpp_is_the_numpy_engines(smollm2_llamacpp, happy):
+    """llama.cpp shows its layers too (its graph callback): the same texts give the same direction, within
+    llama.cpp's quantised activations."""
+    made_there = engine.steering_vector(smollm2_llamacpp, POSITIVE, NEGATIVE)
+    a, b = made_there.directions[LAYER], happy.directions[LAYER]
+    assert float(a @ b / np.linalg.norm(a) / np.linalg.norm(b)) > 0.98
+
+
+def test_gemma3_on_llamacpp_steers_towards_happy_words_and_replays(gemma3, tmp_path):
+    """Gemma 3 (an architecture only llama.cpp runs here): a happy-minus-sad direction made from its own residual
+    stream, added after layer 9 of 18, raises P(the positive words) with strength and lowers it with the opposite
+    sign (its stream is ~25x larger than SmolLM2's embedding: strengths under 1); the trace replays bit for bit."""
+    vector = engine.steering_vector(gemma3, POSITIVE, NEGATIVE)
+    words = [gemma3.tokenizer.encode(word)[-1] for word in WORDS]  # (its encode starts with <bos>)
+
+    def mass(strength):
+        session = engine.Session(gemma3, PROMPT, max_new_tokens=1)
+        session.steer_vector(vector, [9], strength)
+        return float(next_token_probs(session)[words].sum())
+
+    curve = [mass(strength) for strength in (-0.6, -0.3, 0, 0.3, 0.6)]
+    assert all(a < b for a, b in zip(curve, curve[1:])), curve
+    session = engine.Session(gemma3, PROMPT, max_new_tokens=6, temperature=0.8, seed=2)
+    session.step()
+    session.steer_vector(vector, [9], 0.6)
+    session.run()
+    engine.save_trace(session.trace(), tmp_path / "gemma.json")
+    assert engine.replay(engine.load_trace(tmp_path / "gemma.json"), gemma3).identical
