@@ -24,7 +24,6 @@ from contextlib import closing
 from pathlib import Path
 
 from engine.backends.remote.answers import TopN
-from engine.backends.remote.connection import ServerConnection
 from engine.backends.remote.context import RemoteContext
 from engine.backends.remote.model import RemoteModel
 from engine.backends.remote.ollama_answers import _chunk, _tags, _version
@@ -40,21 +39,6 @@ CANNOT = (
     "the top 20 where the model would end the text: Ollama reports nothing for its end token",
     "logit bias, DRY, XTC, top-n-sigma, grammars: Ollama has no such options",
 )
-
-
-def is_ollama(url: str, timeout: float = 30.0) -> bool:
-    """Whether the server at url (with or without /v1) answers as Ollama: /api/version and /api/tags at its
-    root. Any other answer (a 404, a refusal) is not Ollama; the OpenAI path then says what was wrong."""
-    url = url.rstrip("/").removesuffix("/v1")
-    connection = ServerConnection(url + "/v1", timeout, retries=1)
-    try:
-        connection.get("/api/version", root=True, check=_version)
-        connection.get("/api/tags", root=True, check=_tags)
-        return True
-    except ValueError:
-        return False
-    finally:
-        connection.close()
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:

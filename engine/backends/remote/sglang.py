@@ -22,7 +22,6 @@ from contextlib import closing
 from dataclasses import replace
 
 from engine.backends.remote.answers import Token, TopN, _at, _models, _string
-from engine.backends.remote.connection import ServerConnection
 from engine.backends.remote.model import RemoteModel
 from engine.backends.remote.scoring import TOP_N
 from engine.backends.remote.server import DEFAULT_CONTEXT, _is_count, logprobs_kind
@@ -35,24 +34,6 @@ LOGPROBS_NOTE = {
     "raw": "SGLang: the model's own log-probabilities, before temperature (the server runs with "
     "SGLANG_RETURN_ORIGINAL_LOGPROB=1)",
 }
-
-
-def serves_sglang(url: str, timeout: float) -> bool:
-    """Whether the server at `url` is SGLang: its own /get_model_info answers (one try: a server that refuses
-    the connection is left to the OpenAI path, which says so)."""
-    connection = ServerConnection(_v1(url), min(timeout, 5.0), retries=1)
-    try:
-        connection.get("/get_model_info", root=True, check=model_info)
-        return True
-    except ValueError:
-        return False
-    finally:
-        connection.close()
-
-
-def _v1(url: str) -> str:
-    url = url.rstrip("/")
-    return url if url.endswith("/v1") else url + "/v1"
 
 
 class SGLangModel(RemoteModel):
