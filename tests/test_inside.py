@@ -175,3 +175,48 @@ def test_steering_heads_needs_an_engine_that_runs_the_layers(smollm2):
     direct = softmax(smollm2.forward_cached(session.ids, smollm2.new_cache(), True, head_scales=table)[0])
     after = session.peek()
     assert np.allclose([direct[i] for i in after.token_ids], after.raw, atol=1e-5) and after.raw != before.raw
+
+
+def test_top_and_p_is_the_softmax_top_and_its_probability():
+    from engine.core.inside import softmax_rows
+    from engine.core.lens_grid import top_and_p
+
+    rng = np.random.default_rng(5)
+    scores = (rng.standard_normal((3, 7, 1000)) * 6).astype(np.float32)
+    expected = softmax_rows(scores.copy())
+    top, p = top_and_p(scores.copy())
+    assert top.shape == p.shape == (3, 7) and p.dtype == np.float32
+    np.testing.assert_array_equal(top, expected.argmax(-1))
+    np.testing.assert_allclose(p, expected.max(-1), rtol=1e-6)
+
+
+@pytest.mark.parametrize("which", ["story", "smollm2"])
+def test_the_numpy_engines_keep_the_last_positions_asked_for(story_model, smollm2, which):
+    model = story_model if which == "story" else smollm2
+    ids = model.tokenizer.encode(STORY)
+    whole = model.inside(ids)
+    part = model.inside(ids, last=3)
+    np.testing.assert_array_equal(part.residuals, whole.residuals[:, -3:])
+    np.testing.assert_array_equal(part.scores, whole.scores)
+    with pytest.raises(ValueError, match="last"):
+        model.inside(ids, last=0)
+
+
+def test_a_grid_whose_product_fails_raises_in_the_caller_and_stops_its_thread():
+    from engine.core.lens_grid import LensGrid
+
+    def unembed(rows):
+        raise MemoryError("no room for the grid")
+
+    grid = LensGrid(unembed, 10)
+    with pytest.raises(MemoryError, match="no room"):
+        grid.finish(np.zeros((3, 2, 4), dtype=np.float32))  # nothing handed over early: no thread
+    handed = LensGrid(unembed, 10)
+    handed.add(1, np.zeros((2, 4), dtype=np.float32))
+    with pytest.raises(MemoryError, match="no room"):
+        handed.finish(np.zeros((3, 2, 4), dtype=np.float32))
+    assert not handed._thread.is_alive()
+    cancelled = LensGrid(unembed, 10)
+    cancelled.add(1, np.zeros((2, 4), dtype=np.float32))
+    cancelled.cancel()
+    assert not cancelled._thread.is_alive()

@@ -88,6 +88,10 @@ def test_gemma3_on_llamacpp_shows_its_layers_with_its_embedding_scaled(gemma3):
     # row 0 is the stream the first layer reads: Gemma's embedding times sqrt(d), not the raw embedding
     embedding = read_tensor(ggml(gemma3.llama), gemma3_path(), read_header(gemma3_path()), "token_embd.weight")
     np.testing.assert_allclose(inside.residuals[0], embedding[ids] * np.sqrt(640), rtol=1e-4, atol=1e-4)
+    # the lens's head: the file's output_norm as stored (llama.cpp's converter stores Gemma's 1 + w) gives llama.cpp's
+    # own distribution from the last stream within its quantised head's noise (0.003 here; 0.12 with w = stored - 1)
+    own = softmax_rows(inside.scores)
+    assert np.abs(softmax_rows(gemma3.unembed(inside.residuals[-1, -1])) - own).max() < 0.02
 
 
 def test_smollm2_lens_on_llamacpp_agrees_with_the_numpy_engines(smollm2_llamacpp, smollm2_numpy):
@@ -196,3 +200,77 @@ def test_a_closed_model_refuses_inspection_in_a_child_process():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "refused:" in done.stdout and "closed" in done.stdout
+
+
+def serial_grid(model, ids, positions: int):
+    """The lens grid as plainly as it is defined: every layer's stream at each of the last positions through
+    the lens's head, softmax, argmax; the last cell the forward's own row."""
+    inside = model.inside(ids)
+    probs = softmax_rows(model.unembed(inside.residuals[:, -positions:]))  # [layers + 1, P, V]
+    probs[-1, -1] = softmax_rows(inside.scores)
+    top = probs.argmax(-1)
+    return top, np.take_along_axis(probs, top[..., None], -1)[..., 0]
+
+
+@pytest.mark.parametrize("which", ["smollm2", "gemma3"])
+def test_only_the_kept_positions_are_outputs_and_their_rows_are_the_wholes(which, smollm2_llamacpp, request):
+    """inside(ids, last=k): llama.cpp computes the last layer and its output head for the last k positions
+    alone; their rows are those of the whole text's inspection (here: equal within 1e-5 of the stream's size)."""
+    model = smollm2_llamacpp if which == "smollm2" else request.getfixturevalue("gemma3")
+    ids = model.tokenizer.encode(TEXT * 2)
+    whole = model.inside(ids)
+    for k in (1, 4, len(ids), len(ids) + 5):
+        part = model.inside(ids, last=k)
+        kept = min(k, len(ids))
+        assert part.residuals.shape == (whole.residuals.shape[0], kept, whole.residuals.shape[-1])
+        scale = np.abs(whole.residuals).max()
+        np.testing.assert_allclose(part.residuals, whole.residuals[:, -kept:], atol=1e-5 * scale)
+        np.testing.assert_allclose(softmax_rows(part.scores), softmax_rows(whole.scores), atol=1e-5)
+        np.testing.assert_allclose(part.attention, whole.attention, atol=1e-6)
+    for bad in (0, -1, 1.5, "2", True):
+        with pytest.raises(ValueError, match="last"):
+            model.inside(ids, last=bad)
+
+
+def test_the_layers_are_handed_over_as_llamacpp_computes_them(gemma3, monkeypatch):
+    """on_layer gets rows 1..N (the stream after each layer) during the decode, each equal to the result's row,
+    the last layer's before the decode returns; row 0 (the embedding) comes with the result. Over chunks
+    (MAX_UBATCH 5), with the kept positions spanning two, the same."""
+    import engine.backends.llamacpp.inside as lc_inside
+
+    ids = gemma3.tokenizer.encode(TEXT)
+    for chunk in (lc_inside.MAX_UBATCH, 5):
+        monkeypatch.setattr(lc_inside, "MAX_UBATCH", chunk)
+        handed: dict = {}
+        inside = gemma3.inside(
+            ids, last=7, on_layer=lambda row, stream, into=handed: into.setdefault(row, stream.copy())
+        )
+        assert sorted(handed) == list(range(1, 19))
+        for row, stream in handed.items():
+            np.testing.assert_array_equal(stream, inside.residuals[row])
+
+
+def test_a_failing_receiver_stops_the_inspection_and_the_model_goes_on(smollm2_llamacpp):
+    ids = smollm2_llamacpp.tokenizer.encode(TEXT)
+
+    def failing(row, stream):
+        if row == 3:
+            raise ValueError("the receiver gave up at row 3")
+
+    with pytest.raises(ValueError, match="gave up at row 3"):
+        smollm2_llamacpp.inside(ids, last=4, on_layer=failing)
+    assert smollm2_llamacpp.inside(ids, last=4).residuals.shape[1] == 4
+
+
+@pytest.mark.parametrize("which", ["smollm2", "gemma3"])
+def test_the_grid_made_while_llamacpp_decodes_is_the_plain_grid(which, smollm2_llamacpp, request):
+    """inside_view unembeds the grid on a thread of its own while the decode hands layers over (lens_grid.py):
+    the same tops and probabilities as the grid made plainly after the forward."""
+    model = smollm2_llamacpp if which == "smollm2" else request.getfixturevalue("gemma3")
+    ids = model.tokenizer.encode(TEXT * 3)
+    view = engine.inside_view(model, ids, grid_positions=6)
+    top, p = serial_grid(model, ids, 6)
+    assert view.grid_positions == tuple(range(len(ids) - 6, len(ids)))
+    np.testing.assert_array_equal(view.grid_top, top)
+    np.testing.assert_allclose(view.grid_p, p, atol=1e-5)
+    np.testing.assert_allclose(view.probs[:, view.grid_top[:, -1]].diagonal(), view.grid_p[:, -1], atol=1e-6)

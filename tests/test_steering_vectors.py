@@ -303,3 +303,23 @@ def test_gemma3_on_llamacpp_steers_towards_happy_words_and_replays(gemma3, tmp_p
     session.run()
     engine.save_trace(session.trace(), tmp_path / "gemma.json")
     assert engine.replay(engine.load_trace(tmp_path / "gemma.json"), gemma3).identical
+
+
+def test_the_inside_view_reads_the_stream_under_the_direction_in_force(model, happy):
+    """The Inside tab under steering: inside_view(..., residual_add=session.residual_table) reads the stream with
+    the direction added (the layers after it move, those before do not), and its last row is the steered next
+    token's distribution (numpy: the session's numbers; llama.cpp: within the inspection's flash-attention
+    difference, the same top token)."""
+    session = engine.Session(model, PROMPT, max_new_tokens=4)
+    plain = engine.inside_view(model, session.ids)
+    session.steer_vector(happy, [LAYER], 8.0)
+    steered = engine.inside_view(model, session.ids, residual_add=session.residual_table)
+    expected = next_token_probs(session)
+    assert int(steered.probs[-1].argmax()) == int(expected.argmax()) != int(plain.probs[-1].argmax())
+    tolerance = 0.05 if hasattr(model, "llama") else 1e-5  # llama.cpp: flash attention on in a session only
+    np.testing.assert_allclose(steered.probs[-1], expected, atol=tolerance)
+    np.testing.assert_allclose(steered.probs[: LAYER + 1], plain.probs[: LAYER + 1], atol=1e-5)  # before it
+    assert np.abs(steered.probs[LAYER + 1] - plain.probs[LAYER + 1]).max() > 0.01  # the layer it is added after
+    for bad in (np.ones((3, 3)), np.full(model.residual_shape, np.nan)):
+        with pytest.raises(ValueError, match="residual_add"):
+            engine.inside_view(model, session.ids, residual_add=bad)

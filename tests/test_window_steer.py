@@ -1,6 +1,7 @@
 """The Steer panel (playground/steer/): a person types two lists of texts, makes a direction, sees the next token
 before and after it, steers the session with it and saves it, in the real window on the story model (offscreen)."""
 
+import numpy as np
 from test_window import generate, type_prompt
 
 import engine
@@ -40,6 +41,13 @@ def test_a_direction_steers_the_next_token_and_is_saved(qtbot, window, tmp_path)
     qtbot.waitUntil(lambda: "Steering with strength +4.0" in panel.status.text(), timeout=WAIT)
     assert window.session().vector_steering is not None
     assert window.session().actions[-1]["kind"] == "vector"
+    # the Inside tab reads the stream under the direction: its lens ends with the steered next token's distribution
+    with qtbot.waitSignal(window.controller.inside.shown, timeout=WAIT) as done:
+        window.show_panel(window.inside_panel)
+    session = window.session()
+    steered = engine.inside_view(window.model, session.ids, residual_add=session.residual_table)
+    assert np.array_equal(done.args[0].view.probs, steered.probs)
+    assert np.allclose(done.args[0].view.probs[-1][list(top)], after[top], atol=1e-6)
 
     # the story model has one layer; llama.cpp's control-vector format has no slot for layer 0: said, nothing written
     path = tmp_path / "direction.gguf"

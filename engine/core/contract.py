@@ -174,9 +174,14 @@ class Backend(Protocol):
 class InsideBackend(Backend, Protocol):
     """A backend whose forward pass the engine runs (capabilities.inside); engine/core/inside.py reads it."""
 
-    def inside(self, ids: list[int], head_scales: np.ndarray | None = None) -> Inside:
-        """The full forward over ids: residuals [layers + 1, T, d], the last position's attention
-        [layers, heads, T], the next token's scores [V]."""
+    def inside(self, ids: list[int], head_scales: np.ndarray | None = None, last: int | None = None,
+               on_layer=None, residual_add: np.ndarray | None = None) -> Inside:  # fmt: skip
+        """The full forward over ids: residuals [layers + 1, P, d] at the last P = min(last, T) positions
+        (None: all T; a backend may skip the rest's final layer and output head), the last position's
+        attention [layers, heads, T], the next token's scores [V]. on_layer(row, stream [P, d]), where the
+        backend can, hands a row of residuals over as soon as it is computed (lens_grid.py); callers get
+        every row in the result either way. residual_add [layers, d]: a steering direction's additions, row L
+        added after layer L (the stream read includes them)."""
 
     def unembed(self, residuals: np.ndarray) -> np.ndarray:
         """[..., d] residual stream -> [..., V] scores (the final norm and the output projection)."""

@@ -17,16 +17,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.core.checks import MAX_INT, checked_int
+from engine.core.lens_grid import LensGrid, top_and_p
 from engine.core.ranking import top_ids
 from engine.core.steps import TOP_CANDIDATES, Candidates
 
 GRID_POSITIONS = 20  # the lens grid's positions: the text's last 20
-GRID_VALUES = 1 << 25  # the grid's scores unembedded at once: at most 128 MB of float32
 
 
 @dataclass(frozen=True)
 class Inside:
-    residuals: np.ndarray  # [layers + 1, T, d] the stream before each layer, then after the last
+    residuals: np.ndarray  # [layers + 1, P, d] the stream before each layer, then after the last (the last P)
     attention: np.ndarray  # [layers, heads, T] the last position's attention over every position
     scores: np.ndarray  # [V] the model's own scores for the next token, from this forward
 
@@ -45,6 +45,14 @@ class InsideView:
 
     def ranks(self, token_id: int) -> np.ndarray:  # -> [layers + 1] the token's rank at each layer, 1 = top
         return lens_ranks(self.probs, token_id)
+
+
+def kept_positions(length: int, last) -> int:
+    """How many of a text's last positions inside(ids, last=...) keeps the stream of: last (an int >= 1) or
+    None for all of them."""
+    if last is None:
+        return length
+    return min(length, checked_int("last", last, 1, MAX_INT, "None (every position) or an int >= 1"))
 
 
 def checked_model(model) -> None:
@@ -68,6 +76,21 @@ def _checked_table(model, table) -> np.ndarray | None:
     return table
 
 
+def _checked_additions(model, table) -> np.ndarray:
+    """A [layers, d] float32 table of finite additions to the residual stream (Session.residual_table)."""
+    shape = tuple(getattr(model, "residual_shape", ()))
+    allowed = f"None or a {' x '.join(map(str, shape))} table of finite numbers (Session.residual_table)"
+    if not getattr(model, "residual_steering", False):
+        raise ValueError(f"{model.name} runs in a backend whose residual stream the engine cannot change")
+    try:
+        table = np.asarray(table, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise ValueError(f"residual_add must be {allowed}") from None
+    if table.shape != shape or not np.isfinite(table).all():
+        raise ValueError(f"residual_add must be {allowed}")
+    return table
+
+
 def softmax_rows(scores) -> np.ndarray:  # [..., V] -> [..., V], float32
     e = scores - scores.max(axis=-1, keepdims=True)
     np.exp(e, out=e)
@@ -78,7 +101,7 @@ def softmax_rows(scores) -> np.ndarray:  # [..., V] -> [..., V], float32
 def lens_scores(model, token_ids) -> np.ndarray:  # [T] ids -> [layers + 1, V] scores for the next token
     """The logit lens at the last position: each layer's stream unembedded; the last row is the model's own."""
     checked_model(model)
-    inside = model.inside(token_ids)
+    inside = model.inside(token_ids, last=1)
     return np.vstack([model.unembed(inside.residuals[:-1, -1]), inside.scores[None]])
 
 
@@ -92,7 +115,7 @@ def attention_weights(model, token_ids) -> np.ndarray:  # [T] ids -> [layers, he
     """The last position's attention weights over every position (each head's sum to 1 over the causal
     window, which for the last position is the whole text)."""
     checked_model(model)
-    return model.inside(token_ids).attention
+    return model.inside(token_ids, last=1).attention
 
 
 def lens_ranks(probs, token_id: int) -> np.ndarray:  # [layers, V] -> [layers] ranks, 1 = most probable
@@ -102,33 +125,30 @@ def lens_ranks(probs, token_id: int) -> np.ndarray:  # [layers, V] -> [layers] r
     return ahead + 1
 
 
-def inside_view(model, token_ids, grid_positions: int = GRID_POSITIONS, head_scales=None) -> InsideView:
+def inside_view(model, token_ids, grid_positions: int = GRID_POSITIONS, head_scales=None,
+                residual_add=None) -> InsideView:  # fmt: skip
     """Everything the window's Inside tab shows for the next token after token_ids, from one forward pass
-    (head_scales: a session's steered heads, Session.head_table)."""
+    (head_scales: a session's steered heads, Session.head_table; residual_add: its steering direction's
+    [layers, d] additions, Session.residual_table). The grid is unembedded while the forward runs, where the
+    backend hands its layers over as they come (lens_grid.py)."""
     checked_model(model)
     grid_positions = checked_int("grid_positions", grid_positions, 1, MAX_INT, "an int >= 1 (the lens grid's columns)")
     head_scales = _checked_table(model, head_scales)
-    inside = model.inside(token_ids) if head_scales is None else model.inside(token_ids, head_scales=head_scales)
-    n = inside.residuals.shape[0] - 1
-    last = np.vstack([model.unembed(inside.residuals[:-1, -1]), inside.scores[None]])  # [layers + 1, V]
-    t = inside.residuals.shape[1]
-    columns = np.arange(max(0, t - grid_positions), t)
-    top = np.empty((n + 1, len(columns)), dtype=np.int64)
-    top_p = np.empty((n + 1, len(columns)), dtype=np.float32)
-    # a few layers at a time: one product reads the output matrix once for all of them (Gemma 3's 262,144 x 640:
-    # 1.7 s for its 19 layers at once, 4.6 s a layer at a time), and [layers + 1, P, V] at once is never held
-    per_chunk = max(1, GRID_VALUES // (len(columns) * inside.scores.shape[-1]))
-    for first in range(0, n + 1, per_chunk):
-        stop = min(n + 1, first + per_chunk)
-        rows = softmax_rows(model.unembed(inside.residuals[first:stop][:, columns]))  # [k, P, V]
-        if stop == n + 1:
-            rows[-1, -1] = softmax_rows(inside.scores)  # the last cell: the model's own row, as in `last`
-        top[first:stop] = rows.argmax(axis=-1)
-        top_p[first:stop] = np.take_along_axis(rows, top[first:stop, :, None], axis=-1)[..., 0]
+    steering = {} if residual_add is None else {"residual_add": _checked_additions(model, residual_add)}
+    grid = LensGrid(model.unembed, model.vocab_size)
+    try:
+        inside = model.inside(token_ids, head_scales=head_scales, last=grid_positions, on_layer=grid.add, **steering)
+    except BaseException:
+        grid.cancel()
+        raise
+    lens, top, top_p = grid.finish(inside.residuals)  # the grid's last column is the lens
+    lens[-1] = inside.scores  # the last cell is the model's own row: that forward's numbers
+    top[-1, -1], top_p[-1, -1] = top_and_p(inside.scores.copy())
+    t = inside.attention.shape[-1]
     return InsideView(
-        layers=("embedding", *(f"layer {i}" for i in range(1, n + 1))),
-        probs=softmax_rows(last),
-        grid_positions=tuple(columns.tolist()),
+        layers=("embedding", *(f"layer {i}" for i in range(1, len(lens)))),
+        probs=softmax_rows(lens),
+        grid_positions=tuple(range(t - top.shape[1], t)),
         grid_top=top,
         grid_p=top_p,
         attention=inside.attention,

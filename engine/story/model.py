@@ -18,7 +18,7 @@ import numpy as np
 
 from engine.backends.local import ArrayCache, LocalBackend
 from engine.core.checks import checked_ids
-from engine.core.inside import Inside
+from engine.core.inside import Inside, kept_positions
 
 LAYER_NORM_EPS = 1e-5
 GELU_C = math.sqrt(2.0 / math.pi)  # a Python float: it keeps float32 arrays float32
@@ -219,14 +219,15 @@ class StoryModel(LocalBackend):
     def new_cache(self) -> KVCache:
         return KVCache(self.config)
 
-    def inside(self, ids, head_scales=None) -> Inside:
-        """The full forward over ids, keeping the residual stream (after the embedding, after the block) and
-        the last position's attention (engine/core/inside.py reads them); head_scales as forward_cached's."""
+    def inside(self, ids, head_scales=None, last=None, on_layer=None, residual_add=None) -> Inside:
+        """The full forward over ids, keeping the residual stream (after the embedding, after the block) at the
+        last `last` positions and the last position's attention (engine/core/inside.py reads them); head_scales
+        and residual_add as forward_cached's; on_layer is not called."""
+        ids = self._checked_ids(ids, already=0)
+        kept = kept_positions(len(ids), last)
         acts = {}
-        scores = forward(
-            self.params, self.config, self._checked_ids(ids, already=0), acts=acts, head_scales=head_scales
-        )
-        return Inside(np.stack([acts["x"], acts["x3"]]), acts["weights"][None, :, -1], scores[-1])
+        scores = forward(self.params, self.config, ids, acts=acts, head_scales=head_scales, residual_add=residual_add)
+        return Inside(np.stack([acts["x"], acts["x3"]])[:, -kept:], acts["weights"][None, :, -1], scores[-1])
 
     def unembed(self, residuals) -> np.ndarray:  # [..., d] -> [..., vocab]
         p = self.params

@@ -34,7 +34,9 @@ class InsideCommands(WorkerCommands):
         ids = session.ids[: len(session.prompt_ids) + index] if index >= 0 else session.ids
         chosen = session.steps[index] if index >= 0 else None
         try:
-            view = engine.inside_view(host.model, ids, head_scales=session.head_table)
+            view = engine.inside_view(
+                host.model, ids, head_scales=session.head_table, residual_add=session.residual_table
+            )
         except ValueError as error:
             host.failed.emit(f"could not look inside the model: {error}")
             return

@@ -18,7 +18,7 @@ from engine.backends import blas_threads
 from engine.backends.gguf.tokenizer import GGUFTokenizer
 from engine.backends.local import ArrayCache, LocalBackend
 from engine.core.checks import checked_ids
-from engine.core.inside import Inside
+from engine.core.inside import Inside, kept_positions
 
 
 @dataclass(frozen=True)
@@ -234,14 +234,17 @@ class LlamaModel(LocalBackend):
         """The full forward: token ids [T] -> float32 scores [T, vocab] for every position."""
         return self.forward_cached(ids, self.new_cache())
 
-    def inside(self, ids, head_scales=None) -> Inside:
-        """The full forward over ids, keeping the residual stream at every layer and the last position's
-        attention (engine/core/inside.py reads them); head_scales as forward_cached's."""
+    def inside(self, ids, head_scales=None, last=None, on_layer=None, residual_add=None) -> Inside:
+        """The full forward over ids, keeping the residual stream at every layer (at the last `last` positions)
+        and the last position's attention (engine/core/inside.py reads them); head_scales and residual_add as
+        forward_cached's; on_layer is not called (the grid gets every layer after the forward)."""
         ids = self._checked_ids(ids, 0)
+        kept = kept_positions(len(ids), last)
         taps = {}
         with blas_threads.for_tokens(len(ids)):
-            scores = forward(self.weights, self.config, ids, self.new_cache(), self._tables, True, taps, head_scales)
-        return Inside(np.stack(taps["residuals"]), np.stack(taps["attention"]), scores[0])
+            scores = forward(self.weights, self.config, ids, self.new_cache(), self._tables, True, taps, head_scales,
+                             residual_add)  # fmt: skip
+        return Inside(np.stack(taps["residuals"])[:, -kept:], np.stack(taps["attention"]), scores[0])
 
     def unembed(self, residuals) -> np.ndarray:  # [..., d] -> [..., vocab]
         with blas_threads.for_tokens(max(1, residuals.size // self.config.d_model)):

@@ -8,8 +8,8 @@ ggml hands every node of the graph to the callback, first to ask (do you want th
 ones we want, with its data computed and before any consumer reads it:
 - the layers' input: `inp_scaled` where the architecture scales its embedding (Gemma: times sqrt(d)), else
   `embd` / `inp_embd`: row 0 is the stream as the first layer reads it;
-- `l_out-N`: the stream after layer N (every position: all outputs are asked for, else llama.cpp keeps only
-  the output rows in the last layer);
+- `l_out-N`: the stream after layer N (every position; the last layer only the outputs', which are the
+  positions asked for: llama.cpp cuts its rows to the outputs before the last feed-forward);
 - `kq_soft_max-N`: [heads, tokens, cells] attention weights; the last position's row is kept, and a head's
   whole slab is scaled there for head_scales (a head's output is its weights times V: scaling the weights
   scales the output, as the numpy engine does; the CPU backend lets a node be changed before it is read).
@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.backends.llamacpp import library
 from engine.core.inside import Inside
 
 MAX_UBATCH = 512  # positions per graph: attention weights are [heads, ubatch, cells] per layer
@@ -74,8 +75,10 @@ def _float_tensor(lib, tensor, name: str) -> _TensorHead:
 class _Taps:
     """The callback's state: what it asks for, and what it got."""
 
-    def __init__(self, lib, layers: int, length: int, head_scales):
-        self.lib, self.length, self.head_scales = lib, length, head_scales
+    def __init__(self, lib, shape: tuple[int, int], length: int, head_scales, kept: int, on_layer=None):
+        layers, self.heads = shape
+        self.lib, self.length, self.head_scales, self.kept, self.on_layer = lib, length, head_scales, kept, on_layer
+        self.last_chunk = False  # set before the last chunk's decode: a layer's rows are then complete
         self.embedding: dict[str, list] = {}
         self.residuals: list[list] = [[] for _ in range(layers)]
         self.attention: list = [None] * layers
@@ -92,6 +95,10 @@ class _Taps:
                 self.embedding.setdefault(name, []).append(self._read(tensor, head, 2))
             elif kind == "l_out":
                 self.residuals[int(layer)].append(self._read(tensor, head, 2))
+                if self.last_chunk and self.on_layer is not None:  # handed over while the next layers run
+                    rows = kept_rows(self.residuals[int(layer)], self.length, self.kept)
+                    if rows is not None:
+                        self.on_layer(int(layer) + 1, rows)
             else:
                 self._attention(tensor, head, int(layer))
             return True
@@ -109,6 +116,9 @@ class _Taps:
         """[1, heads, tokens, cells]: the last token's row of each head kept (the last ubatch's is the text's
         last position; cells are positions, in order, in a fresh context), then each head scaled."""
         cells, tokens, heads = (int(n) for n in head.ne[:3])
+        if heads != self.heads:  # heads_shape is (layers, layer 0's count): a table of other rows cannot hold it
+            raise ValueError(f"layer {layer + 1} has {heads} attention heads, not {self.heads} as the first: "
+                             "the Inside views show models with the same count in every layer")  # fmt: skip
         if self.head_scales is not None and (self.head_scales[layer] != 1).any():
             weights = self._read(tensor, head, 3)  # [heads, tokens, cells]
             self.attention[layer] = weights[:, -1, : self.length].copy()
@@ -120,6 +130,22 @@ class _Taps:
             offset = h * head.nb[2] + (tokens - 1) * head.nb[1]
             self.lib.ggml_backend_tensor_get(tensor, rows[h].ctypes.data, offset, rows[h].nbytes)
         self.attention[layer] = rows[:, : self.length]
+
+
+def set_control_vector(model, ctx, additions) -> None:
+    """additions [layers, d] (row L added to layer L's output; row 0 must be zero) as the context's control
+    vector, or None for none."""
+    llama = model.llama
+    apply = getattr(llama, "llama_set_adapter_cvec", None) or llama.llama_apply_adapter_cvec  # renamed in 0.3.3x
+    library.errors.clear()
+    if additions is None:
+        status = apply(ctx, None, 0, model.residual_shape[1], -1, -1)
+    else:
+        rows = np.ascontiguousarray(additions[1:], dtype=np.float32)  # layers 1.. (layer 0: never steered)
+        pointer = rows.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+        status = apply(ctx, pointer, rows.size, rows.shape[1], 1, len(additions) - 1)
+    if status != 0:
+        raise ValueError(f"llama.cpp could not set the steering vector (status {status}){library.error_suffix()}")
 
 
 class HeadScaler:
@@ -148,14 +174,20 @@ class HeadScaler:
             return False
 
 
-def inspect(model, ids: np.ndarray, head_scales=None) -> Inside:
-    """The ids (checked) decoded in a context of their own with the callback on -> Inside: chunks of
-    MAX_UBATCH positions, each with every position an output (llama.cpp's logits buffer holds one chunk's:
-    8,192 positions of Gemma 3 at once would be 8.6 GB)."""
+def inspect(
+    model, ids: np.ndarray, head_scales=None, kept: int | None = None, on_layer=None, residual_add=None
+) -> Inside:
+    """The ids (checked) decoded in a context of their own with the callback on -> Inside at the last `kept`
+    positions (None: all). Only those positions are outputs: llama.cpp runs the last layer's feed-forward and
+    the output head for them alone (Gemma 3's head over 200 positions took 1.4 s of a 2.5 s decode). Chunks
+    of MAX_UBATCH positions (llama.cpp's logits buffer holds one chunk's outputs: 8,192 positions of Gemma 3
+    at once would be 8.6 GB). on_layer(row, stream [kept, d]) gets each layer's rows as the last chunk computes
+    them (the embedding's row comes with the result: Gemma names two, the second one the layers read)."""
     llama, lib = model.llama, ggml(model.llama)
     length = len(ids)
+    kept = length if kept is None else kept
     chunk = min(length, MAX_UBATCH)
-    taps = _Taps(lib, model.n_layers, length, head_scales)
+    taps = _Taps(lib, model.heads_shape, length, head_scales, kept, on_layer)
     callback = llama.ggml_backend_sched_eval_callback(taps)  # referenced until the context is freed
     params = llama.llama_context_default_params()
     params.n_ctx = length
@@ -172,19 +204,23 @@ def inspect(model, ids: np.ndarray, head_scales=None) -> Inside:
     batch = llama.llama_batch_init(chunk, 0, 1)
     try:
         model.abort_on_stop(ctx)
+        if residual_add is not None:  # a steering direction in force: l_out-N is the stream with it added
+            set_control_vector(model, ctx, residual_add)
         for start in range(0, length, chunk):
-            _decode(model, ctx, batch, ids[start : start + chunk], start, taps)
+            taps.last_chunk = start + chunk >= length
+            _decode(model, ctx, batch, ids[start : start + chunk], start, length - kept, taps)
         scores = np.ctypeslib.as_array(llama.llama_get_logits_ith(ctx, -1), shape=(model.vocab_size,)).copy()
     finally:
         llama.llama_batch_free(batch)
         llama.llama_free(ctx)
-    return _assembled(taps, model.name, scores)
+    return _assembled(taps, model.name, scores, kept)
 
 
-def _decode(model, ctx, batch, ids, start: int, taps: _Taps) -> None:
+def _decode(model, ctx, batch, ids, start: int, first_output: int, taps: _Taps) -> None:
     llama = model.llama
     for i, token in enumerate(ids):
-        batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = int(token), start + i, 1, True
+        batch.token[i], batch.pos[i], batch.n_seq_id[i] = int(token), start + i, 1
+        batch.logits[i] = start + i >= first_output
         batch.seq_id[i][0] = 0
     batch.n_tokens = len(ids)
     status = llama.llama_decode(ctx, batch)
@@ -196,13 +232,23 @@ def _decode(model, ctx, batch, ids, start: int, taps: _Taps) -> None:
         raise ValueError(f"llama.cpp could not decode {len(ids)} tokens at {start} for inspection (status {status})")
 
 
-def _assembled(taps: _Taps, name: str, scores: np.ndarray) -> Inside:
+def _assembled(taps: _Taps, name: str, scores: np.ndarray, kept: int) -> Inside:
     embedding = next((taps.embedding[n] for n in _EMBEDDING_NAMES if n in taps.embedding), None)
+    unreadable = ValueError(f"llama.cpp's graph for {name} does not name its layers as the lens reads them "
+                            "(inp_embd, l_out-N, kq_soft_max-N): its layers cannot be shown")  # fmt: skip
     if embedding is None or any(not rows for rows in taps.residuals) or any(a is None for a in taps.attention):
-        raise ValueError(f"llama.cpp's graph for {name} does not name its layers as the lens reads them "
-                         "(inp_embd, l_out-N, kq_soft_max-N): its layers cannot be shown")  # fmt: skip
-    rows = [np.concatenate(embedding)] + [np.concatenate(r) for r in taps.residuals]
+        raise unreadable
+    rows = [kept_rows(r, taps.length, kept) for r in [embedding, *taps.residuals]]
+    if any(r is None for r in rows):
+        raise unreadable
     return Inside(np.stack(rows), np.stack(taps.attention), scores)
+
+
+def kept_rows(chunks: list, length: int, kept: int) -> np.ndarray | None:
+    """A layer's rows (a [n, d] array per chunk) at the last `kept` positions: the layer has a row per position,
+    or (the last layer, cut to the outputs before its feed-forward) a row per output; None for any other count."""
+    rows = np.concatenate(chunks) if len(chunks) > 1 else chunks[0]
+    return rows[len(rows) - kept :] if len(rows) in (length, kept) else None
 
 
 class _TypeTraits(ctypes.Structure):  # struct ggml_type_traits (ggml.h)

@@ -62,6 +62,12 @@ def abort_check(llama_cpp):
         return _state["abort_check"]
 
 
+def error_suffix() -> str:
+    """llama.cpp's first error line since `errors` was cleared, as " (llama.cpp: ...)": the cause (later lines
+    follow from it); "" where there is none."""
+    return f" (llama.cpp: {errors[0]})" if errors else ""
+
+
 def _log(level: int, text: bytes, user_data) -> None:
     """llama.cpp's log callback: append to the log file, debug lines left out, error lines also kept in
     `errors` (to explain a failure); never raise into C."""

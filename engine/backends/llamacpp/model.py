@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.backends import blas_threads
 from engine.backends.gguf.header import check_gguf_file, gguf_architecture, readable
 from engine.backends.gguf.reader import file_sha256
 from engine.backends.llamacpp import library
@@ -76,7 +77,7 @@ class LlamaCppCache:
         ctx = llama.llama_init_from_model(model.handle, params)
         if not ctx:
             raise ValueError(f"llama.cpp could not create a context of {self.positions} positions"
-                             f"{_llama_error()}")  # fmt: skip
+                             f"{library.error_suffix()}")  # fmt: skip
         model.abort_on_stop(ctx)
         self.batch = llama.llama_batch_init(self.batch_size, 0, 1)
         self.memory = llama.llama_get_memory(ctx)
@@ -90,17 +91,9 @@ class LlamaCppCache:
         given is inclusive), which steering_table refuses first."""
         if additions is self.additions:
             return
-        llama, ctx = self.model.llama, self.opened()
-        apply = getattr(llama, "llama_set_adapter_cvec", None) or llama.llama_apply_adapter_cvec  # renamed in 0.3.3x
-        library.errors.clear()
-        if additions is None:
-            status = apply(ctx, None, 0, self.model.residual_shape[1], -1, -1)
-        else:
-            rows = np.ascontiguousarray(additions[1:], dtype=np.float32)  # layers 1.. (layer 0: never steered)
-            pointer = rows.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
-            status = apply(ctx, pointer, rows.size, rows.shape[1], 1, len(additions) - 1)
-        if status != 0:
-            raise ValueError(f"llama.cpp could not set the steering vector (status {status}){_llama_error()}")
+        from engine.backends.llamacpp.inside import set_control_vector
+
+        set_control_vector(self.model, self.opened(), additions)
         self.additions = additions
 
     def scale_heads(self, table) -> None:
@@ -136,7 +129,7 @@ class LlamaCppCache:
         size = llama.llama_state_seq_get_size(ctx, 0)
         data = (ctypes.c_uint8 * size)()
         if llama.llama_state_seq_get_data(ctx, data, size, 0) != size:
-            raise ValueError(f"llama.cpp could not copy its memory of {self.length} positions{_llama_error()}")
+            raise ValueError(f"llama.cpp could not copy its memory of {self.length} positions{library.error_suffix()}")
         return self.length, data
 
     def put_back(self, kept: tuple) -> None:
@@ -146,7 +139,7 @@ class LlamaCppCache:
         llama.llama_memory_seq_rm(self.memory, 0, -1, -1)
         if not llama.llama_state_seq_set_data(ctx, data, len(data), 0):
             self.length = 0  # llama.cpp cleared the sequence: the next step reads the text again
-            raise ValueError(f"llama.cpp could not put its memory of {length} positions back{_llama_error()}")
+            raise ValueError(f"llama.cpp could not put its memory of {length} positions back{library.error_suffix()}")
         self.length = length
 
     def close(self) -> None:
@@ -168,11 +161,6 @@ def _report(progress, done: float, raised: list) -> bool:
         raised.append(error)
         return False
     return True
-
-
-def _llama_error() -> str:
-    """llama.cpp's first error line since library.errors was cleared: the cause (later lines follow from it)."""
-    return f" (llama.cpp: {library.errors[0]})" if library.errors else ""
 
 
 class LlamaCppModel(LocalBackend):
@@ -217,7 +205,7 @@ class LlamaCppModel(LocalBackend):
         if not handle:
             architecture = gguf_architecture(path)
             raise ValueError(f"{path}: llama.cpp cannot load this file (architecture {architecture!r})"
-                             f"{_llama_error()}")  # fmt: skip
+                             f"{library.error_suffix()}")  # fmt: skip
         self.handle = handle
         self._abort_flag = ctypes.create_string_buffer(2)  # library.abort_check's: b"\x01" in front stops decoding
         self._caches: weakref.WeakSet = weakref.WeakSet()
@@ -302,7 +290,7 @@ class LlamaCppModel(LocalBackend):
                 if status == ABORTED and self.work_stopped:
                     raise ValueError(f"{self.name} was told to stop its work (stop_work): decoding stopped")
                 raise ValueError(f"llama.cpp could not decode {n} tokens at position {start + chunk} "
-                                 f"(status {status}){_llama_error()}")  # fmt: skip
+                                 f"(status {status}){library.error_suffix()}")  # fmt: skip
             cache.length = start + chunk + n
             outputs = sum(wanted)
             if outputs:
@@ -318,24 +306,29 @@ class LlamaCppModel(LocalBackend):
     def n_layers(self) -> int:
         return self.llama.llama_model_n_layer(self.handle)
 
-    def inside(self, ids, head_scales=None) -> "Inside":  # noqa: F821 - engine.core.inside.Inside
+    def inside(self, ids, head_scales=None, last=None, on_layer=None, residual_add=None) -> "Inside":  # noqa: F821
         """One decode of ids in an inspection context of its own (inside.py): the residual stream at every
-        layer, the last position's attention, the scores; head_scales [layers, heads] scales heads' outputs."""
+        layer (at the last `last` positions: only they are outputs), the last position's attention, the scores;
+        head_scales [layers, heads] scales heads' outputs; on_layer(row, stream) as each layer is computed;
+        residual_add [layers, d] as the control vector (Session.steer_vector's table)."""
         from engine.backends.llamacpp.inside import inspect
+        from engine.core.inside import kept_positions
 
         ids = checked_ids(ids, 0, self._vocab_size, self.context_length)
+        kept = kept_positions(len(ids), last)
         if self.work_stopped:
             raise ValueError(f"{self.name} was told to stop its work (stop_work): no forward pass runs")
         if not self._free.alive:
             raise ValueError(f"{self.name} is closed")
-        return inspect(self, ids, head_scales)
+        return inspect(self, ids, head_scales, kept, on_layer, residual_add)
 
     def unembed(self, residuals) -> np.ndarray:  # [..., d] -> [..., vocab]: the final norm and output matrix
         if self._head is None:
             from engine.backends.llamacpp.inside import OutputHead, ggml
 
             self._head = OutputHead(ggml(self.llama), Path(self.source))
-        return self._head(residuals)
+        with blas_threads.for_tokens(max(1, np.size(residuals) // self.residual_shape[1])):  # rows: a prompt's
+            return self._head(residuals)
 
     def abort_on_stop(self, ctx) -> None:
         """stop_work() ends a decode in progress on ctx at its next graph node."""
