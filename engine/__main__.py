@@ -1,4 +1,4 @@
-"""Command line: python -m engine {generate,score,replay,trace,train} ...; llama.cpp's short flags work
+"""Command line: python -m engine {generate,score,replay,trace,train,serve} ...; llama.cpp's short flags work
 (-m, -p, -n, -s, --temp)."""
 
 import argparse
@@ -105,6 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    words = sys.argv[1:] if argv is None else list(argv)
+    if words[:1] == ["serve"]:  # its own parser (engine/serve/cli.py): the [serve] extra, imported only here
+        from engine.serve.cli import main as serve
+
+        return serve(words[1:])
     args = build_parser().parse_args(argv)
     commands = {"generate": _generate, "score": _score, "replay": _replay, "trace": _trace, "train": _train}
     try:

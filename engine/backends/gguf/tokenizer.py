@@ -118,11 +118,15 @@ class GGUFTokenizer:
     def chat_prompt(self, user_text: str, system: str | None = None) -> str:
         """The prompt as the model was trained to see a user's turn (the file's chat template, rendered within
         limits: engine/backends/gguf/chat_template.py). A template that runs past one is not run again."""
-        if not self.chat_template:
-            raise ValueError(self.chat_template_problem or "this model file has no chat template")
         messages = ([{"role": "system", "content": system}] if system else []) + [
             {"role": "user", "content": user_text}
         ]
+        return self.messages_prompt(messages)
+
+    def messages_prompt(self, messages: list[dict]) -> str:
+        """A conversation ([{"role", "content"}], the assistant's turn next) through the chat template."""
+        if not self.chat_template:
+            raise ValueError(self.chat_template_problem or "this model file has no chat template")
         try:
             return render(self.chat_template, messages, self.bos_text, self.eos_text)
         except TemplateLimit as error:

@@ -27,6 +27,7 @@ class LlamaCppTokenizer:
         self._pieces: dict[int, bytes] = {}
 
     chat_prompt = GGUFTokenizer.chat_prompt  # the same jinja2 rendering: chat_template, bos_text, eos_text
+    messages_prompt = GGUFTokenizer.messages_prompt
 
     def encode(self, text: str) -> list[int]:
         ids = self._tokenize(checked_text(text).encode("utf-8"), parse_special=True)

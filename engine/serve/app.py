@@ -1,0 +1,216 @@
+"""The OpenAI-compatible server (FastAPI + sse-starlette; the optional extra `[serve]`): /v1/models,
+/v1/completions and /v1/chat/completions, streamed or not, every request a Session whose rules act between
+two inference passes.
+
+Requests to the model are queued (an asyncio lock, first come first served): one Session steps at a time, a
+token per hop to a worker thread, so the event loop stays free to accept, refuse and disconnect clients. A
+client that disconnects mid-stream stops its generation at the step in flight. --traces keeps each request's
+trace, named by its id (the response's `X-Trace` header and `trace` field say which file).
+"""
+
+import asyncio
+import json
+import random
+import re
+import time
+import uuid
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sse_starlette import EventSourceResponse
+from starlette.exceptions import HTTPException
+
+from engine.core.session import Session
+from engine.core.settings import MAX_SEED
+from engine.core.trace import save_trace
+from engine.serve.requests import COMPLETION_MAX_TOKENS, ChatRequest, CompletionRequest
+from engine.serve.runs import Run
+
+
+class BadRequest(Exception):
+    def __init__(self, message: str, param: str | None = None, status: int = 400):
+        super().__init__(message)
+        self.message, self.param, self.status = message, param, status
+
+
+def error_body(message: str, param: str | None = None, kind: str = "invalid_request_error") -> dict:
+    return {"error": {"message": message, "type": kind, "param": param, "code": None}}
+
+
+def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | None = None,
+             api_key: str | None = None) -> FastAPI:  # fmt: skip
+    """The server for one model; rules: engine Rules every request runs with (before its own `steer`)."""
+    app = FastAPI(title="Token Playground", docs_url=None, redoc_url=None)
+    served = model_id or model.name
+    lock = asyncio.Lock()
+    created = int(time.time())
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_request, error: RequestValidationError):
+        first = error.errors()[0]
+        if first.get("type") == "json_invalid":
+            return JSONResponse(error_body(f"the body is not JSON: {first.get('ctx', {}).get('error', '')}"), 400)
+        field = [str(part) for part in first.get("loc", ()) if part != "body"][:1]  # not pydantic's union tags
+        param = field[0] if field else None
+        return JSONResponse(error_body(f"{param or 'body'}: {first.get('msg')}", param), status_code=400)
+
+    @app.exception_handler(BadRequest)
+    async def bad(_request, error: BadRequest):
+        kind = "invalid_request_error" if error.status == 400 else "authentication_error"
+        return JSONResponse(error_body(error.message, error.param, kind), status_code=error.status)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(_request, error: HTTPException):
+        return JSONResponse(error_body(str(error.detail)), status_code=error.status_code)
+
+    @app.middleware("http")
+    async def authorised(request: Request, call_next):
+        if api_key is not None and request.headers.get("authorization") != f"Bearer {api_key}":
+            return JSONResponse(error_body("a valid API key is required (Authorization: Bearer KEY)", None,
+                                           "authentication_error"), status_code=401)  # fmt: skip
+        return await call_next(request)
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [{"id": served, "object": "model", "created": created,
+                                            "owned_by": "token-playground"}]}  # fmt: skip
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest):
+        checked_model(body.model, served)
+        prompt = guarded(lambda: body.prompt_text(model.tokenizer, model.vocab_size), "prompt")
+        return await answer(body, prompt, body.logprobs, "text_completion", COMPLETION_MAX_TOKENS)
+
+    @app.post("/v1/chat/completions")
+    async def chat(body: ChatRequest):
+        checked_model(body.model, served)
+        render = getattr(model.tokenizer, "messages_prompt", None)
+        if render is None or not model.has_chat_template():
+            raise BadRequest(f"{served} has no chat template: send the text as it is to /v1/completions", "messages")
+        prompt = guarded(lambda: render(body.chat_messages()), "messages")
+        top = (body.top_logprobs or 0) if body.logprobs else None
+        if body.max_completion_tokens is not None:
+            body.max_tokens = body.max_completion_tokens
+        return await answer(body, prompt, top, "chat.completion", None)
+
+    async def answer(body, prompt: str, top_logprobs, kind: str, default_max: int | None):
+        run = guarded(lambda: new_run(body, prompt, top_logprobs, default_max), fields=type(body).model_fields)
+        request_id = ("cmpl-" if kind == "text_completion" else "chatcmpl-") + uuid.uuid4().hex[:24]
+        headers = {"X-Trace": f"{request_id}.json"} if traces is not None else {}
+        if body.stream:
+            events = streamed(run, request_id, kind, body)
+            return EventSourceResponse(events, headers=headers, ping=600)
+        async with lock:
+            try:
+                while await in_worker(run.step) is not None:
+                    pass
+            finally:
+                keep_trace(run, request_id)
+        return JSONResponse(whole(run, request_id, kind), headers=headers)
+
+    def new_run(body, prompt: str, top_logprobs, default_max: int | None) -> Run:
+        room = model.context_length - len(model.tokenizer.encode(prompt))
+        options = body.session_options(default_max or max(1, room))
+        for token_id, _bias in options["logit_bias"]:  # before Settings' own check, which knows no vocabulary
+            if model.vocab_size is not None and token_id >= model.vocab_size:
+                raise ValueError(f"logit_bias names token id {token_id}, outside the vocabulary (0 to "
+                                 f"{model.vocab_size - 1})")  # fmt: skip
+        seed = body.seed if body.seed is not None else random.randrange(MAX_SEED)
+        session = Session(model, prompt, seed=seed, rules=tuple(rules) + body.rules(), **options)
+        return Run(session, body.stops(), top_logprobs)
+
+    async def streamed(run: Run, request_id: str, kind: str, body):
+        chunk_kind = "chat.completion.chunk" if kind == "chat.completion" else "text_completion"
+        first = True
+        async with lock:
+            try:
+                while True:
+                    try:
+                        piece = await in_worker(run.step)
+                    except ValueError as error:  # mid-stream: said in the stream, then it ends
+                        yield json.dumps(error_body(str(error)))
+                        break
+                    if piece is None:
+                        break
+                    if piece.text or piece.tokens or first or run.finish_reason:
+                        choice = choice_chunk(kind, piece, first, run.finish_reason)
+                        yield json.dumps(envelope(request_id, chunk_kind, [choice]))
+                        first = False
+                if body.stream_options is not None and body.stream_options.include_usage:
+                    yield json.dumps(dict(envelope(request_id, chunk_kind, []), usage=run.usage()))
+                yield "[DONE]"
+            finally:  # also when the client went away: the generation stops at the step in flight
+                keep_trace(run, request_id)
+
+    def envelope(request_id: str, kind: str, choices: list) -> dict:
+        out = {"id": request_id, "object": kind, "created": int(time.time()), "model": served, "choices": choices}
+        if traces is not None:
+            out["trace"] = f"{request_id}.json"
+        return out
+
+    def whole(run: Run, request_id: str, kind: str) -> dict:
+        text, tokens = run.content(), run.tokens
+        if kind == "chat.completion":
+            choice = {"index": 0, "message": {"role": "assistant", "content": text},
+                      "logprobs": None if run.top_logprobs is None else {"content": chat_logprobs(tokens)},
+                      "finish_reason": run.finish_reason}  # fmt: skip
+        else:
+            choice = {"index": 0, "text": text, "finish_reason": run.finish_reason,
+                      "logprobs": None if run.top_logprobs is None else completion_logprobs(tokens)}  # fmt: skip
+        return dict(envelope(request_id, kind, [choice]), usage=run.usage())
+
+    def keep_trace(run: Run, request_id: str) -> None:
+        if traces is not None and run.session.steps:
+            save_trace(run.session.trace(), traces / f"{request_id}.json")
+
+    return app
+
+
+async def in_worker(function):
+    """function() on a worker thread. Cancelled (the client went away), it still waits for the step in flight:
+    the model is free for the next request only once that step has ended."""
+    task = asyncio.ensure_future(asyncio.to_thread(function))
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await task
+        raise
+
+
+def choice_chunk(kind: str, piece, first: bool, finish: str | None) -> dict:
+    if kind == "chat.completion":
+        delta = {"role": "assistant", "content": piece.text} if first else {"content": piece.text}
+        logprobs = {"content": chat_logprobs(piece.tokens)} if piece.tokens else None
+        return {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+    logprobs = completion_logprobs(piece.tokens) if piece.tokens else None
+    return {"index": 0, "text": piece.text, "logprobs": logprobs, "finish_reason": finish}
+
+
+def chat_logprobs(tokens: list[dict]) -> list[dict]:
+    def entry(t):
+        return {"token": t["token"], "logprob": t["logprob"], "bytes": t["bytes"]}
+
+    return [dict(entry(t), top_logprobs=[entry(o) for o in t["top_logprobs"]]) for t in tokens]
+
+
+def completion_logprobs(tokens: list[dict]) -> dict:
+    return {"tokens": [t["token"] for t in tokens], "token_logprobs": [t["logprob"] for t in tokens],
+            "top_logprobs": [{o["token"]: o["logprob"] for o in t["top_logprobs"]} for t in tokens]}  # fmt: skip
+
+
+def checked_model(asked: str, served: str) -> None:
+    if asked != served:
+        raise BadRequest(f"model: this server serves {served!r}, not {asked!r} (GET /v1/models)", "model")
+
+
+def guarded(make, param: str | None = None, fields=()):
+    """make() with the engine's ValueError as a 400: param, or else the first of the request's fields that
+    the message names (the engine's messages name the setting: "temperature must be ...")."""
+    try:
+        return make()
+    except ValueError as error:
+        message = str(error)
+        named = sorted((m.start(), name) for name in fields if (m := re.search(rf"\b{name}\b", message)))
+        raise BadRequest(message, param or (named[0][1] if named else None)) from None
