@@ -1,0 +1,221 @@
+"""The OpenAI-compatible server (issue 29: engine/serve/): a real uvicorn server on a free port, driven by the
+official `openai` client and by plain HTTP; the text equals engine.generate's with the same settings and seed,
+the log-probabilities equal the session's records, rules and a client's `steer` act between two inference
+passes, every request's trace replays identically, bad requests are 400s naming the field."""
+
+import contextlib
+import json
+import math
+import socket
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+import uvicorn
+
+import engine
+from engine.serve.app import make_app
+
+STORY = "mia has a red ball. she goes to the park. now mia has the"
+
+
+@contextlib.contextmanager
+def served(model, **options):
+    """make_app(model, **options) on uvicorn in a thread, at 127.0.0.1 on a free port -> its /v1 URL."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(make_app(model, **options), host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def story_url(story_model, tmp_path_factory):
+    traces = tmp_path_factory.mktemp("traces")
+    with served(story_model, traces=traces) as url:
+        yield url, traces
+
+
+def content(model, result, prompt: str) -> tuple[str, str]:
+    """engine.generate's text after the prompt as OpenAI's answer holds it (the model's end token left out), and
+    the finish reason."""
+    text, last = result.text[len(prompt) :], result.steps[-1]
+    if last.token_id in model.end_token_ids:
+        return text[: len(text) - len(last.token)], "stop"
+    return text, "length"
+
+
+def client(url: str, key: str = "none") -> openai.OpenAI:
+    return openai.OpenAI(base_url=url, api_key=key, max_retries=0, timeout=120)
+
+
+@pytest.mark.parametrize(
+    "settings", [dict(temperature=0), dict(temperature=0.8, seed=5), dict(temperature=1.3, seed=11, top_p=0.9)]
+)
+def test_a_completion_is_engine_generates_text_and_its_log_probabilities_the_records(story_model, story_url, settings):
+    url, traces = story_url
+    answer = client(url).completions.create(model=story_model.name, prompt=STORY, max_tokens=15, logprobs=5, **settings)
+    expected = engine.generate(story_model, STORY, max_new_tokens=15, **settings)
+    choice = answer.choices[0]
+    assert (choice.text, choice.finish_reason) == content(story_model, expected, STORY)
+    assert answer.usage.completion_tokens == len(expected.steps) and answer.usage.prompt_tokens == len(
+        story_model.tokenizer.encode(STORY)
+    )
+    records = expected.steps
+    assert choice.logprobs.tokens == [s.token for s in records]
+    assert choice.logprobs.token_logprobs == pytest.approx([math.log(s.model_probability) for s in records], abs=1e-6)
+    for top, step in zip(choice.logprobs.top_logprobs, records):
+        assert list(top) == list(dict.fromkeys(step.candidates.tokens[:5]))  # most likely first
+        assert list(top.values())[0] == pytest.approx(math.log(step.candidates.raw[0]), abs=1e-6)
+    # its trace, named in the answer, replays identically
+    trace = engine.load_trace(traces / f"{answer.id}.json")
+    assert engine.replay(trace, story_model).identical
+
+
+def test_a_streamed_completion_is_the_same_text_in_pieces(story_model, story_url):
+    url, _ = story_url
+    chunks = list(client(url).completions.create(model=story_model.name, prompt=STORY, max_tokens=20, temperature=0.9,
+                                                 seed=3, stream=True))  # fmt: skip
+    expected = engine.generate(story_model, STORY, max_new_tokens=20, temperature=0.9, seed=3)
+    text, reason = content(story_model, expected, STORY)
+    assert "".join(c.choices[0].text for c in chunks) == text
+    assert len(chunks) >= len(expected.steps) - 1 > 3 and chunks[-1].choices[0].finish_reason == reason
+    assert all(c.choices[0].finish_reason is None for c in chunks[:-1])
+
+
+def test_a_stop_string_ends_the_text_before_it_streamed_or_not(story_model, story_url):
+    url, _ = story_url
+    whole = engine.generate(story_model, STORY, max_new_tokens=30).text[len(STORY) :]
+    stop = whole[8:12]
+    expected = whole[: whole.index(stop)]
+    answer = client(url).completions.create(
+        model=story_model.name, prompt=STORY, max_tokens=30, temperature=0, stop=[stop]
+    )
+    assert answer.choices[0].text == expected and answer.choices[0].finish_reason == "stop"
+    chunks = list(client(url).completions.create(model=story_model.name, prompt=STORY, max_tokens=30, temperature=0,
+                                                 stop=stop, stream=True))  # fmt: skip
+    assert "".join(c.choices[0].text for c in chunks) == expected and chunks[-1].choices[0].finish_reason == "stop"
+
+
+def test_a_clients_steer_inserts_text_between_two_inference_passes(story_model, story_url):
+    """Greedy, the story model goes on " at the barn, mia gives the pen to kim."; a client's steer at "mia gives
+    the" puts " blue" there, as the same rule in a Session does, and the model writes on from it."""
+    url, traces = story_url
+    prompt = "mia has a red ball. she goes to the park."
+    assert "mia gives the pen" in engine.generate(story_model, prompt, max_new_tokens=25).text
+    answer = client(url).completions.create(model=story_model.name, prompt=prompt, max_tokens=25, temperature=0,
+                                            extra_body={"steer": [{"at": "mia gives the", "insert": " blue"}]})  # fmt: skip
+    text = answer.choices[0].text
+    assert "mia gives the blue" in text
+    trace = engine.load_trace(traces / f"{answer.id}.json")
+    assert [step["token"] for step in trace["steps"] if step["source"] == "rule"] == [" blue"]
+    session = engine.Session(
+        story_model, prompt, max_new_tokens=25, rules=[engine.Rule("mia gives the", insert=" blue")]
+    )
+    session.run()
+    assert (text, answer.choices[0].finish_reason) == content(story_model, session.result(), prompt)
+    assert engine.replay(trace, story_model).identical
+
+
+def test_bad_requests_are_400s_naming_the_field_and_the_server_goes_on(story_model, story_url):
+    url, _ = story_url
+    good = {"model": story_model.name, "prompt": "mia", "max_tokens": 2}
+    cases = [
+        ({"model": "gpt-9"}, "model"),
+        ({"temperature": 1e9}, "temperature"),
+        ({"logit_bias": {str(10**12): 1}}, "logit_bias"),
+        ({"logit_bias": {"1": 500}}, "logit_bias"),
+        ({"prompt": {"a": 1}}, "prompt"),
+        ({"prompt": [1, 2, 10**6]}, "prompt"),
+        ({"prompt": ["a", "b"]}, "prompt"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"top_k": 0}, "top_k"),
+        ({"logprobs": 50}, "logprobs"),
+        ({"n": 3}, "n"),
+        ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
+        ({"samplers": ["temperature", "nonsense"]}, "samplers"),
+        ({"steer": [{"at": "x"}]}, "steer"),
+        ({"steer": [{"at": "x", "command": ["rm", "-rf", "/"]}]}, "steer"),
+        ({"frobnicate": True}, "frobnicate"),
+    ]
+    for change, field in cases:
+        answer = httpx.post(f"{url}/completions", json=dict(good, **change), timeout=60)
+        assert answer.status_code == 400, (change, answer.text)
+        error = answer.json()["error"]
+        assert error["param"] == field and field in error["message"], (change, error)
+    broken = httpx.post(f"{url}/completions", content=b'{"model": ', headers={"content-type": "application/json"})
+    assert broken.status_code == 400 and "not JSON" in broken.json()["error"]["message"]
+    assert httpx.post(f"{url}/chat/completions", json={"model": story_model.name, "messages": []}).status_code == 400
+    # the story model has no chat template: said, not guessed
+    chat = httpx.post(
+        f"{url}/chat/completions", json={"model": story_model.name, "messages": [{"role": "user", "content": "hi"}]}
+    )
+    assert chat.status_code == 400 and "chat template" in chat.json()["error"]["message"]
+    assert httpx.post(f"{url}/completions", json=good, timeout=60).status_code == 200  # still serving
+
+
+def test_a_client_that_goes_away_mid_stream_stops_the_generation(story_model, story_url):
+    """The stream is closed after 3 chunks of up to 2,000 tokens: the trace the server kept has the tokens
+    sent and at most the one in flight."""
+    url, traces = story_url
+    before = set(traces.iterdir())
+    with httpx.stream("POST", f"{url}/completions", timeout=60, json={
+        "model": story_model.name, "prompt": STORY, "max_tokens": 2000, "temperature": 1.0, "seed": 2, "stream": True,
+    }) as response:  # fmt: skip
+        received = 0
+        for line in response.iter_lines():
+            if line.startswith("data: {"):
+                received += 1
+                if received == 3:
+                    break
+    deadline = time.monotonic() + 30
+    while not (set(traces.iterdir()) - before) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (kept,) = set(traces.iterdir()) - before
+    steps = len(json.loads(kept.read_text())["steps"])
+    assert 3 <= steps <= 3 + 2, steps  # the chunks read, the one in flight, and the one the stream had buffered
+
+
+def test_an_api_key_is_required_when_given(story_model):
+    with served(story_model, api_key="s3cret") as url:
+        assert httpx.get(f"{url}/models").status_code == 401
+        with pytest.raises(openai.AuthenticationError):
+            client(url, "wrong").models.list()
+        assert client(url, "s3cret").models.list().data[0].id == story_model.name
+
+
+def test_a_chat_completion_on_smollm2_is_the_chat_templates_generation(smollm2_llamacpp):
+    model = smollm2_llamacpp
+    messages = [{"role": "system", "content": "You are brief."}, {"role": "user", "content": "Name a colour."}]
+    with served(model, model_id="smollm2") as url:
+        answer = client(url).chat.completions.create(model="smollm2", messages=messages, max_tokens=24, temperature=0,
+                                                     logprobs=True, top_logprobs=3)  # fmt: skip
+        chunks = list(client(url).chat.completions.create(model="smollm2", messages=messages, max_tokens=24,
+                                                          temperature=0, stream=True))  # fmt: skip
+    prompt = model.tokenizer.messages_prompt(messages)
+    expected = engine.generate(model, prompt, max_new_tokens=24)
+    text, reason = content(model, expected, prompt)
+    choice = answer.choices[0]
+    assert choice.message.content == text and choice.finish_reason == reason and text
+    records = choice.logprobs.content
+    assert [r.token for r in records] == [s.token for s in expected.steps]
+    assert [r.logprob for r in records] == pytest.approx(
+        [math.log(s.model_probability) for s in expected.steps], abs=1e-5
+    )
+    assert all(len(r.top_logprobs) == 3 for r in records)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == text
