@@ -219,3 +219,43 @@ def test_a_chat_completion_on_smollm2_is_the_chat_templates_generation(smollm2_l
     assert all(len(r.top_logprobs) == 3 for r in records)
     assert chunks[0].choices[0].delta.role == "assistant"
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == text
+
+
+def test_sixteen_clients_at_once_are_all_answered_correctly(story_model, story_url):
+    """16 requests at once, half streamed, each with its own seed: queued for the one model, each answer is
+    engine.generate's text for its seed."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    url, _ = story_url
+
+    def ask(seed: int) -> str:
+        options = dict(model=story_model.name, prompt=STORY, max_tokens=12, temperature=1.0, seed=seed)
+        if seed % 2:
+            return "".join(c.choices[0].text for c in client(url).completions.create(stream=True, **options))
+        return client(url).completions.create(**options).choices[0].text
+
+    with ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(ask, range(16)))
+    for seed, text in enumerate(answers):
+        expected = engine.generate(story_model, STORY, max_new_tokens=12, temperature=1.0, seed=seed)
+        assert text == content(story_model, expected, STORY)[0], seed
+    assert len(set(answers)) > 8  # the seeds differ, and so do the texts
+
+
+def test_in_front_of_llama_server_it_is_a_steering_proxy(llama_cpp_server):
+    """Serving a server URL: each request a Session on llama-server (one open stream, stopped where a rule acts);
+    the text is engine.generate's on the same server, and a client's steer acts mid-generation there too."""
+    remote = engine.load_model(llama_cpp_server)
+    prompt = "The capital of France is"
+    plain = engine.generate(remote, prompt, max_new_tokens=12)
+    trigger = plain.text[len(prompt) :][:6]
+    with served(remote, model_id="proxied") as url:
+        answer = client(url).completions.create(model="proxied", prompt=prompt, max_tokens=12, temperature=0)
+        steered = client(url).completions.create(model="proxied", prompt=prompt, max_tokens=12, temperature=0,
+                                                 extra_body={"steer": [{"at": trigger, "insert": " Lyon"}]})  # fmt: skip
+    assert (answer.choices[0].text, answer.choices[0].finish_reason) == content(remote, plain, prompt)
+    rules = [engine.Rule(trigger, insert=" Lyon")]
+    session = engine.Session(remote, prompt, max_new_tokens=12, rules=rules)
+    session.run()
+    assert steered.choices[0].text == content(remote, session.result(), prompt)[0]
+    assert steered.choices[0].text.startswith(trigger + " Lyon")
