@@ -259,3 +259,37 @@ def test_in_front_of_llama_server_it_is_a_steering_proxy(llama_cpp_server):
     session.run()
     assert steered.choices[0].text == content(remote, session.result(), prompt)[0]
     assert steered.choices[0].text.startswith(trigger + " Lyon")
+
+
+def test_a_watcher_sees_every_request_start_step_and_end(story_model, story_url):
+    """GET /v1/playground/watch: a request's start (prompt, settings), each step as the trace records it, and
+    its end with the whole trace, for requests made by others, streamed or not."""
+    url, traces = story_url
+    events: list[dict] = []
+    connected = threading.Event()
+
+    def watch():
+        with httpx.stream("GET", f"{url}/playground/watch", timeout=60) as response:
+            connected.set()
+            for line in response.iter_lines():
+                if line.startswith("data: "):
+                    events.append(json.loads(line[len("data: ") :]))
+                    if events[-1]["kind"] == "end" and sum(e["kind"] == "end" for e in events) == 2:
+                        return
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    assert connected.wait(30)
+    time.sleep(0.3)  # the server has the watcher's queue once its stream has begun
+    answers = [client(url).completions.create(model=story_model.name, prompt=STORY, max_tokens=6, temperature=0)]
+    stream = client(url).completions.create(model=story_model.name, prompt="mia has", max_tokens=5, seed=4, stream=True)
+    answers.append(next(iter(stream)))
+    list(stream)
+    watcher.join(60)
+    assert [e["kind"] for e in events] == ["start"] + ["step"] * 6 + ["end", "start"] + ["step"] * 5 + ["end"]
+    assert [e["request"] for e in events if e["kind"] == "start"] == [a.id for a in answers]
+    first = events[:8]
+    assert first[0]["prompt"] == STORY and first[0]["settings"]["max_new_tokens"] == 6
+    trace = first[-1]["trace"]
+    assert trace == engine.load_trace(traces / f"{answers[0].id}.json")
+    assert [e["step"] for e in first[1:-1]] == trace["steps"]

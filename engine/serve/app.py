@@ -27,6 +27,7 @@ from engine.core.settings import MAX_SEED
 from engine.core.trace import save_trace
 from engine.serve.requests import COMPLETION_MAX_TOKENS, ChatRequest, CompletionRequest
 from engine.serve.runs import Run
+from engine.serve.watch import Watchers
 
 
 class BadRequest(Exception):
@@ -46,6 +47,7 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
     served = model_id or model.name
     lock = asyncio.Lock()
     created = int(time.time())
+    watchers = Watchers()
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_request, error: RequestValidationError):
@@ -77,6 +79,11 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
         return {"object": "list", "data": [{"id": served, "object": "model", "created": created,
                                             "owned_by": "token-playground"}]}  # fmt: skip
 
+    @app.get("/v1/playground/watch")
+    async def watch():
+        """Every request from now on, live: {"kind": "start" | "step" | "end", "request": id, ...} events."""
+        return EventSourceResponse((json.dumps(event) async for event in watchers.events()), ping=1)
+
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest):
         checked_model(body.model, served)
@@ -103,11 +110,12 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
             events = streamed(run, request_id, kind, body)
             return EventSourceResponse(events, headers=headers, ping=600)
         async with lock:
+            started(run, request_id)
             try:
                 while await in_worker(run.step) is not None:
-                    pass
+                    stepped(run, request_id)
             finally:
-                keep_trace(run, request_id)
+                ended(run, request_id)
         return JSONResponse(whole(run, request_id, kind), headers=headers)
 
     def new_run(body, prompt: str, top_logprobs, default_max: int | None) -> Run:
@@ -125,6 +133,7 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
         chunk_kind = "chat.completion.chunk" if kind == "chat.completion" else "text_completion"
         first = True
         async with lock:
+            started(run, request_id)
             try:
                 while True:
                     try:
@@ -134,6 +143,7 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
                         break
                     if piece is None:
                         break
+                    stepped(run, request_id)
                     if piece.text or piece.tokens or first or run.finish_reason:
                         choice = choice_chunk(kind, piece, first, run.finish_reason)
                         yield json.dumps(envelope(request_id, chunk_kind, [choice]))
@@ -142,7 +152,7 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
                     yield json.dumps(dict(envelope(request_id, chunk_kind, []), usage=run.usage()))
                 yield "[DONE]"
             finally:  # also when the client went away: the generation stops at the step in flight
-                keep_trace(run, request_id)
+                ended(run, request_id)
 
     def envelope(request_id: str, kind: str, choices: list) -> dict:
         out = {"id": request_id, "object": kind, "created": int(time.time()), "model": served, "choices": choices}
@@ -161,9 +171,29 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
                       "logprobs": None if run.top_logprobs is None else completion_logprobs(tokens)}  # fmt: skip
         return dict(envelope(request_id, kind, [choice]), usage=run.usage())
 
-    def keep_trace(run: Run, request_id: str) -> None:
-        if traces is not None and run.session.steps:
-            save_trace(run.session.trace(), traces / f"{request_id}.json")
+    def started(run: Run, request_id: str) -> None:
+        if watchers:
+            session = run.session
+            watchers.publish({"kind": "start", "request": request_id, "model": served, "prompt": session.prompt_text,
+                              "settings": session.settings.to_dict()})  # fmt: skip
+
+    def stepped(run: Run, request_id: str) -> None:
+        """The steps the session took since the last call, to the watchers."""
+        steps = run.session.steps
+        if watchers:
+            for step in steps[run.watched :]:
+                watchers.publish({"kind": "step", "request": request_id, "step": step.to_dict()})
+        run.watched = len(steps)
+
+    def ended(run: Run, request_id: str) -> None:
+        """The request is over (answered, failed, or its client went away): its trace kept and watched."""
+        stepped(run, request_id)
+        written = bool(run.session.steps)  # a request that ended before its first step has no trace
+        trace = run.session.trace() if written and (traces is not None or watchers) else None
+        if traces is not None and written:
+            save_trace(trace, traces / f"{request_id}.json")
+        if watchers:
+            watchers.publish({"kind": "end", "request": request_id, "trace": trace})
 
     return app
 

@@ -29,6 +29,7 @@ class Run:
         self.session, self.stops, self.top_logprobs = session, stops, top_logprobs
         self.sent = 0  # characters of the generated text handed out
         self.tokens: list[dict] = []  # every step's log-probabilities (when asked for)
+        self.watched = 0  # steps sent to the server's watchers
         self.finish_reason: str | None = None
         self._stopped_at: int | None = None  # where a stop string begins in the generated text
 
