@@ -23,6 +23,7 @@ from engine.core.trace import load_trace, save_trace, validate_trace
 from engine.core.tree import NodeView
 from engine.discovery import FoundModel, find_models
 from engine.loading import load_model, smollm2_path
+from engine.serve.cli import main as serve_main
 from engine.story.checkpoint import resources_dir
 from engine.story.corpus import story_measure
 from engine.story.model import Config, StoryModel
@@ -35,4 +36,5 @@ __all__ = [
     "next_token_probs", "find_models", "replay", "replay_session", "resources_dir", "save_trace", "score",
     "smollm2_path", "story_measure", "validate_trace", "__version__",
     "SteeringVector", "steering_preview", "steering_vector", "save_steering_vector", "load_steering_vector",
+    "serve_main",
 ]  # fmt: skip

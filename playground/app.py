@@ -15,9 +15,9 @@ WRITES_WAIT_S = 10.0  # the last resort waits this long for a file being written
 def main(argv=None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)[1:]
     if words[:1] == ["serve"]:  # `token-playground serve ...`: the server, no window
-        from engine.serve.cli import main as serve
+        from engine import serve_main
 
-        return serve(words[1:])
+        return serve_main(words[1:])
     if QApplication.instance() is None:
         problem = xcb_problem()  # Qt would abort inside QApplication() with a wall of text
         if problem:

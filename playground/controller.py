@@ -368,4 +368,5 @@ class Controller(QObject):
         """Stop the worker cleanly; safe to call twice."""
         self.feed.timer.stop()
         self.threads.shutdown()
+        self.watching.close()
         self.recovery.close()  # the last autosave finished; a clean close: the next start offers nothing

@@ -19,6 +19,7 @@ from .strip.scoring import Scoring
 from .traces import Traces
 from .tree.branches import Branches
 from .tree.commands import TreeCommands
+from .watch.watching import Watching
 
 # made by the worker, in this order (each run's changes reach the tree before the prompt is scored; on closing, the
 # second model is closed before the worker's own)
@@ -28,4 +29,5 @@ WORKER_COMMANDS = (TreeCommands, InsideCommands, SteerCommands, SeedCommands, Ru
 # made by the controller, in this order, each given the controller as its host (controller.<its name>): traces and
 # models first (the others ask whether a trace is viewed or a model loads); recovery last (it may restore a session
 # at once, through the others)
-WINDOW_SIDES = (Traces, Loading, Ruling, Seeding, Scoring, Comparing, Branches, LookingInside, Steering, Recovery)
+WINDOW_SIDES = (Traces, Loading, Ruling, Seeding, Scoring, Comparing, Branches, LookingInside, Steering, Watching,
+                Recovery)  # fmt: skip

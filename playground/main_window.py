@@ -42,6 +42,7 @@ from .shortcuts import menu, palette_menu
 from .steer.panel import SteerPanel
 from .strip.uncertainty_strip import UncertaintyStrip
 from .tree.panel import TreePanel
+from .watch.menu import watch_actions
 from .widgets.chart import DistributionChart
 from .widgets.controls import Controls
 from .widgets.elided_label import ElidedLabel
@@ -256,7 +257,7 @@ class MainWindow(QMainWindow):
         compare.triggered.connect(self._compare_dialog)
         quit_ = QAction("Quit", self, shortcut=QKeySequence("Ctrl+Q"))
         quit_.triggered.connect(self.close)
-        for action in (export, export_active, open_, self.replay_action, score, compare):
+        for action in (export, export_active, open_, self.replay_action, score, compare, *watch_actions(self)):
             file_menu.addAction(action)
         file_menu.addSeparator()
         file_menu.addAction(quit_)

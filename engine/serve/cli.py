@@ -56,7 +56,7 @@ def checked_options(args) -> None:
 
 def server_app(args):
     """The app for these arguments (the model loaded, the rules read): ValueError naming what is wrong."""
-    from engine import load_model
+    from engine.loading import load_model
     from engine.serve.app import make_app
 
     checked_options(args)

@@ -1,0 +1,27 @@
+"""File > Watch a server... and Stop watching."""
+
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import QInputDialog, QMessageBox
+
+DEFAULT_URL = "http://127.0.0.1:8000/v1"  # python -m engine serve's own default
+
+
+def watch_actions(window) -> tuple[QAction, QAction]:
+    watching = window.controller.watching
+
+    def ask() -> None:
+        url, ok = QInputDialog.getText(window, "Watch a server", "The server's URL (python -m engine serve):",
+                                       text=watching.url or DEFAULT_URL)  # fmt: skip
+        if ok and url:
+            try:
+                watching.start(url)
+            except ValueError as error:
+                QMessageBox.warning(window, "Watch a server", str(error))
+
+    watch = QAction("Watch a server...", window)
+    watch.setObjectName("watchServerAction")
+    watch.triggered.connect(ask)
+    stop = QAction("Stop watching", window)
+    stop.setObjectName("stopWatchingAction")
+    stop.triggered.connect(watching.stop)
+    return watch, stop

@@ -1,0 +1,125 @@
+"""The window's side of watching a server (File > Watch a server...): every request a running `python -m engine
+serve` answers, shown live as a local run is (its prompt, each token into the view with its chart), and its
+trace opened when it ends (Replay then checks it against the window's model).
+
+The server's watch stream (GET /v1/playground/watch: engine/serve/watch.py) is read on a thread of its own,
+never the GUI's; each event reaches the GUI as a queued signal. What the server sends is checked before it is
+shown (Step.from_dict, validate_trace): a malformed event ends the watch with a sentence, never a crash."""
+
+import json
+import threading
+
+import httpx
+from PySide6.QtCore import QObject, Signal
+
+import engine
+
+
+class Watching(QObject):
+    eventArrived = Signal(object)  # from the reading thread: one event of the watch stream, parsed
+    watchEnded = Signal(str)  # from the reading thread: why the stream ended ("" when asked to stop)
+
+    name = "watching"
+
+    def __init__(self, host):
+        super().__init__(host)
+        self.host, self.window = host, host.window
+        self.url: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._request: str | None = None  # the request shown now
+        self.eventArrived.connect(self._on_event)
+        self.watchEnded.connect(self._on_ended)
+
+    @property
+    def watching(self) -> bool:
+        return self._thread is not None
+
+    def start(self, url: str, api_key: str | None = None) -> None:
+        """Follow the server at url (its /v1 root, e.g. http://127.0.0.1:8000/v1); ValueError for a URL that is
+        not http(s)."""
+        url = url.strip().rstrip("/")
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"a server's URL starts with http:// or https://, got {url!r}")
+        self.stop()
+        self.url, self._stop = url, threading.Event()
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._thread = threading.Thread(target=self._read, args=(url, headers, self._stop), daemon=True,
+                                        name="watch a server")  # fmt: skip
+        self._thread.start()
+        self.host.status(f"Watching {url}: its requests appear here as they run.")
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._stop.set()  # the reader sees it at the server's next ping (every second) or event
+            self._thread = None
+
+    def _read(self, url: str, headers: dict, stop: threading.Event) -> None:
+        """The reading thread: the watch stream's events, until stop is set or the stream ends."""
+        why = ""
+        try:
+            with httpx.stream("GET", f"{url}/playground/watch", headers=headers, timeout=30) as response:
+                if response.status_code != 200:
+                    response.read()
+                    raise ValueError(f"the server answered {response.status_code}: {response.text[:200]}")
+                for line in response.iter_lines():
+                    if stop.is_set():
+                        break
+                    if line.startswith("data: "):
+                        self.eventArrived.emit(json.loads(line[len("data: ") :]))
+                else:
+                    why = "the server ended the watch"
+        except (httpx.HTTPError, ValueError) as error:  # json's errors are ValueErrors too
+            why = f"could not watch {url}: {error}"
+        if not stop.is_set():
+            self.watchEnded.emit(why)
+
+    def _on_event(self, event) -> None:
+        if not self.watching or not isinstance(event, dict):
+            return
+        try:
+            kind = event.get("kind")
+            if kind == "start":
+                self._started(event)
+            elif kind == "step" and event.get("request") == self._request:
+                self._stepped(event)
+            elif kind == "end" and event.get("request") == self._request:
+                self._ended(event)
+        except (ValueError, TypeError, KeyError) as error:  # what the server sent is not what it should be
+            self.stop()
+            self.host.status(f"Stopped watching {self.url}: it sent {error}", error=True)
+
+    def _started(self, event: dict) -> None:
+        if not isinstance(event.get("prompt"), str):
+            raise ValueError("a request without its prompt")
+        self.host.reset()
+        self._request = event.get("request")
+        self.window.controls.prompt.setPlainText(event["prompt"])
+        self.window.token_view.show_session(event["prompt"], [])
+        self.host.feed.set_live(True)
+        self.host.status(f"Watching {self.url}: request {self._request} on {event.get('model')}...")
+
+    def _stepped(self, event: dict) -> None:
+        feed = self.host.feed
+        feed.pending.append(engine.Step.from_dict(event["step"]))
+        feed.flush()
+        feed.show_live()
+
+    def _ended(self, event: dict) -> None:
+        self.host.feed.set_live(False)
+        trace = event.get("trace")
+        if trace is None:
+            self.host.status(f"Watching {self.url}: request {self._request} ended before its first token.")
+            return
+        engine.validate_trace(trace)
+        self.host.traces.open_trace(trace)
+        self.host.status(f"Watching {self.url}: request {self._request} done ({len(trace['steps'])} tokens); its "
+                         "trace is shown (Replay checks it against this window's model).")  # fmt: skip
+
+    def _on_ended(self, why: str) -> None:
+        self._thread = None
+        if why:
+            self.host.status(f"Stopped watching: {why}", error=True)
+
+    def close(self) -> None:
+        self.stop()
