@@ -122,15 +122,16 @@ def _rule_from_json(item, allow_commands: bool) -> Rule:
 
 
 def _command_tool(item: dict) -> CommandTool:
-    argv = _texts(item["command"], "'command'", "a program and its arguments, e.g. [\"python\", \"-m\", \"pytest\"]")
+    argv = _texts(item["command"], "'command'", 'a program and its arguments, e.g. ["python", "-m", "pytest"]')
     if any("\0" in arg for arg in argv):
         raise ValueError("'command' arguments must not hold a NUL character")
     otherwise = item.get("otherwise")
     if otherwise is not None:
         otherwise = checked_text(otherwise, "'otherwise'")
     options = {key: item[key] for key in ("timeout", "max_output") if key in item}
-    return CommandTool(argv, on_exit=_exit_texts(item.get("on_exit")), otherwise=otherwise,
-                       name=shlex.join(argv), **options)  # fmt: skip  (its ValueError names the field)
+    return CommandTool(
+        argv, on_exit=_exit_texts(item.get("on_exit")), otherwise=otherwise, name=shlex.join(argv), **options
+    )  # its ValueError names the field
 
 
 def _exit_texts(on_exit) -> dict[int, str] | None:
