@@ -105,13 +105,15 @@ class RulesPanel(QWidget):
         buttons.addWidget(self.allow_commands)
         buttons.addWidget(self.add_button)
         buttons.addWidget(self.remove_button)
-        buttons.addWidget(self.open_button)
-        buttons.addWidget(self.save_button)
+        below = QHBoxLayout()  # under the table, so the panel is no wider than before
+        below.addWidget(self.skipped_label, 1)
+        below.addWidget(self.open_button, 0, Qt.AlignmentFlag.AlignTop)
+        below.addWidget(self.save_button, 0, Qt.AlignmentFlag.AlignTop)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addLayout(buttons)
         layout.addWidget(self.table)
-        layout.addWidget(self.skipped_label)
+        layout.addLayout(below)
 
     def add_rule(self, when: str = "", action: str = "insert", value: str = "", regex: bool = False) -> int:
         row = self._add_row(when, action, value, regex)
