@@ -79,6 +79,9 @@ def test_a_command_rule_opened_from_a_file_keeps_its_exit_texts_and_saves_them_b
     panel, controller = window.rules_panel, window.controller
     controller.rules.open_from(str(path))
     assert rows(panel) == [("Result:", False, "command", shlex.join(result["command"]))]
+    said = panel.table.item(0, VALUE).toolTip()  # what the table has no column for
+    assert "skipped: Allow commands is off" in said
+    assert "exit 0: ' passed'; otherwise: ' failed'; timeout 5 s, output up to 4,096 characters" in said
     panel.allow_commands.setChecked(True)
     (rule,) = panel.rules()
     assert rule.tool("Result:") == " failed"  # the exit status picked the text, as the file says

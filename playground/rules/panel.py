@@ -204,7 +204,8 @@ class RulesPanel(QWidget):
 
     def _show_skipped(self) -> None:
         """Grey each command rule's row while Allow commands is off, with why in its tooltip and under the table."""
-        skipped = [] if self.allow_commands.isChecked() else self._command_rows()
+        commands = self._command_rows()
+        skipped = [] if self.allow_commands.isChecked() else commands
         grey = QBrush(self.palette().color(QPalette.ColorGroup.Disabled, QPalette.ColorRole.Text))
         with _quiet(self.table):  # restyling is not an edit
             for row in range(self.table.rowCount()):
@@ -213,6 +214,9 @@ class RulesPanel(QWidget):
                     item = self.table.item(row, column)
                     item.setForeground(grey if off else QBrush())
                     item.setToolTip(f"This command rule is {SKIPPED}" if off else "")
+                if row in commands and self._options(row):
+                    value = self.table.item(row, VALUE)
+                    value.setToolTip("\n".join(filter(None, [value.toolTip(), _described(self._options(row))])))
                 combo = self.table.cellWidget(row, ACTION)
                 combo.setToolTip(f"This command rule is {SKIPPED}" if off else "")
                 combo.setStyleSheet("color: palette(mid);" if off else "")
@@ -254,6 +258,15 @@ def _row(rule: engine.Rule, number: int) -> tuple[str, str, str, bool, dict]:
     options = {"timeout": tool.timeout, "max_output": tool.max_output, "on_exit": tool.on_exit,
                "otherwise": tool.otherwise}  # fmt: skip
     return rule.when, "command", shlex.join(tool.argv), rule.regex, options
+
+
+def _described(options: dict) -> str:
+    """A command's settings from a rules file, for its value cell's tooltip: what the table has no column for."""
+    said = [f"exit {status}: {text!r}" for status, text in sorted(options["on_exit"].items())]
+    if options["otherwise"] is not None:
+        said.append(f"otherwise: {options['otherwise']!r}")
+    said.append(f"timeout {options['timeout']:g} s, output up to {options['max_output']:,} characters")
+    return "; ".join(said)
 
 
 class _quiet:
