@@ -11,6 +11,7 @@ from engine.core.files import atomic_write_bytes, end_writes
 from engine.core.inside import InsideView, attention_weights, inside_view, layer_candidates, logit_lens
 from engine.core.replay import ReplayReport, replay, replay_session
 from engine.core.rules import CommandTool, Rule
+from engine.core.rules_file import load_rules, rules_from_json, rules_to_json, save_rules
 from engine.core.sampling import GREEDY, STAGE_NAMES, next_token_probs
 from engine.core.scoring import ScoreResult, score
 from engine.core.seeds import MAX_SEEDS, SeedRun
@@ -36,5 +37,5 @@ __all__ = [
     "next_token_probs", "find_models", "replay", "replay_session", "resources_dir", "save_trace", "score",
     "smollm2_path", "story_measure", "validate_trace", "__version__",
     "SteeringVector", "steering_preview", "steering_vector", "save_steering_vector", "load_steering_vector",
-    "serve_main",
+    "serve_main", "load_rules", "save_rules", "rules_from_json", "rules_to_json",
 ]  # fmt: skip
