@@ -7,9 +7,10 @@ DEFAULT_URL = "http://127.0.0.1:8000/v1"  # python -m engine serve's own default
 
 
 def watch_actions(window) -> tuple[QAction, QAction]:
-    watching = window.controller.watching
+    """The two actions (the window's controller is made after its menu: read when they are triggered)."""
 
     def ask() -> None:
+        watching = window.controller.watching
         url, ok = QInputDialog.getText(window, "Watch a server", "The server's URL (python -m engine serve):",
                                        text=watching.url or DEFAULT_URL)  # fmt: skip
         if ok and url:
@@ -23,5 +24,5 @@ def watch_actions(window) -> tuple[QAction, QAction]:
     watch.triggered.connect(ask)
     stop = QAction("Stop watching", window)
     stop.setObjectName("stopWatchingAction")
-    stop.triggered.connect(watching.stop)
+    stop.triggered.connect(lambda: window.controller.watching.stop())
     return watch, stop

@@ -1,0 +1,63 @@
+"""The seed's case, served (issue 29): an agent's chat completion (the official openai client, examples/agent_result/
+agent.py) on SmolLM2 writes a unit test; the server's rules (examples/agent_result/rules.json, the rules panel's
+file format) write "Result:" once the code block closes, run the block with pytest and insert the real result
+between two inference passes; the model writes on after it. And the server's command line: a malformed rules
+file or a command rule without --allow-commands stops it at start-up with a sentence, not a traceback."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_serve import served
+
+import engine
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "agent_result"
+sys.path.insert(0, str(EXAMPLE))
+import agent  # noqa: E402 - the example's own client
+
+
+def pytest_status(text: str) -> int:
+    """What the example's command returns for this text: pytest's exit status on its last code block."""
+    done = subprocess.run([sys.executable, str(EXAMPLE / "run_block.py")], input=text.encode(), capture_output=True,
+                          timeout=120)  # fmt: skip
+    return done.returncode
+
+
+def test_the_agents_test_result_is_the_real_one_forced_in_mid_answer(smollm2_llamacpp, tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)  # the rules file names its command relative to the repository's root
+    rules = engine.load_rules(EXAMPLE / "rules.json", allow_commands=True)
+    with served(smollm2_llamacpp, rules=rules, traces=tmp_path) as url:
+        answer = agent.ask(url)
+    text = answer.choices[0].message.content
+    code, result, after = re.fullmatch(r"(```python\n.*?```\n)\nResult:( passed| failed)(.*)", text, re.DOTALL).groups()
+    assert result == (" passed" if pytest_status(code) == 0 else " failed")  # the real run's verdict
+    assert after.strip()  # the model went on writing after the result
+    trace = engine.load_trace(tmp_path / f"{answer.id}.json")
+    sources = [(step["token"], step["source"]) for step in trace["steps"] if step["source"] != "model"]
+    assert sources == [("\n", "rule"), ("Result", "rule"), (":", "rule"), (result, "tool")]
+    assert engine.replay(trace, smollm2_llamacpp).identical
+
+
+@pytest.mark.parametrize("rules, message", [
+    ('[{"when": "Result:", "insert": " failed", "colour": "red"}]', "colour"),
+    ('[{"when": "Result:"}]', "rule 1"),
+    ("[{", "line 1"),
+    ('[{"when": "Result:", "command": ["true"]}]', "allow"),
+])  # fmt: skip
+def test_a_bad_rules_file_stops_the_server_at_start_up_with_a_sentence(tmp_path, rules, message):
+    path = tmp_path / "rules.json"
+    path.write_text(rules, encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "engine", "serve", "--rules", str(path), "--port", "1"],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 2 and done.stderr.startswith("error: ") and message in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_an_open_host_needs_an_api_key():
+    done = subprocess.run([sys.executable, "-m", "engine", "serve", "--host", "0.0.0.0"], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 2 and "--api-key" in done.stderr and "Traceback" not in done.stderr

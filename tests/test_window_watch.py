@@ -1,0 +1,43 @@
+"""The window watches a server (issue 29: File > Watch a server...): a request another client makes on a running
+`python -m engine serve` appears in the view as it runs, token by token with its chart, and its trace opens when
+it is done (Replay then checks it: identical on the same model). A server that is not there is said."""
+
+import openai
+from PySide6.QtWidgets import QInputDialog
+from test_serve import served
+
+import engine
+
+WAIT = 60000
+
+
+def test_a_served_request_appears_live_and_its_trace_opens(qtbot, window, story_model, monkeypatch):
+    prompt = "mia has a red ball. she goes to the park."
+    with served(story_model) as url:
+        monkeypatch.setattr(QInputDialog, "getText", lambda *a, **k: (url, True))
+        window.findChild(type(window.replay_action), "watchServerAction").trigger()
+        assert window.controller.watching.watching and "Watching" in window.message_label.text()
+        qtbot.wait(1500)  # the watch stream is open before the request is made
+        client = openai.OpenAI(base_url=url, api_key="none", max_retries=0)
+        answer = client.completions.create(
+            model=story_model.name, prompt=prompt, max_tokens=12, temperature=0.7, seed=9
+        )
+        qtbot.waitUntil(lambda: window.controller.traces.viewed is not None, timeout=WAIT)
+        expected = engine.generate(story_model, prompt, max_new_tokens=12, temperature=0.7, seed=9)
+        view = window.token_view
+        assert view.step_count() == len(expected.steps)
+        assert [view.step(i).token for i in range(view.step_count())] == [s.token for s in expected.steps]
+        assert window.controls.prompt.toPlainText() == prompt
+        assert answer.id in window.message_label.text() and "done" in window.message_label.text()
+        assert window.replay_action.isEnabled()
+        window.controller.traces.replay()
+        qtbot.waitUntil(lambda: "Replay:" in window.message_label.text(), timeout=WAIT)
+        assert "identical" in window.message_label.text()
+        window.findChild(type(window.replay_action), "stopWatchingAction").trigger()
+        assert not window.controller.watching.watching
+
+
+def test_a_server_that_is_not_there_is_said(qtbot, window):
+    window.controller.watching.start("http://127.0.0.1:9/v1")
+    qtbot.waitUntil(lambda: "Stopped watching" in window.message_label.text(), timeout=WAIT)
+    assert "could not watch" in window.message_label.text() and not window.controller.watching.watching
