@@ -28,6 +28,7 @@ def test_a_served_request_appears_live_and_its_trace_opens(qtbot, window, story_
         assert view.step_count() == len(expected.steps)
         assert [view.step(i).token for i in range(view.step_count())] == [s.token for s in expected.steps]
         assert window.controls.prompt.toPlainText() == prompt
+        assert window.controls.max_tokens.value() == 12 and window.controls.settings()["temperature"] == 0.7
         assert answer.id in window.message_label.text() and "done" in window.message_label.text()
         assert window.replay_action.isEnabled()
         window.controller.traces.replay()

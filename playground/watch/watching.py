@@ -95,6 +95,7 @@ class Watching(QObject):
         self.host.reset()
         self._request = event.get("request")
         self.window.controls.prompt.setPlainText(event["prompt"])
+        self.window.controls.set_settings(event["settings"])  # the request's, as far as the controls can show them
         self.window.token_view.show_session(event["prompt"], [])
         self.host.feed.set_live(True)
         self.host.status(f"Watching {self.url}: request {self._request} on {event.get('model')}...")
