@@ -61,3 +61,34 @@ def test_an_open_host_needs_an_api_key():
     done = subprocess.run([sys.executable, "-m", "engine", "serve", "--host", "0.0.0.0"], capture_output=True, text=True,
                           timeout=120)  # fmt: skip
     assert done.returncode == 2 and "--api-key" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_python_m_engine_serve_answers_and_keeps_traces(tmp_path):
+    """The command line itself: `python -m engine serve --traces DIR` on a free port answers a completion and
+    keeps its trace; Ctrl+C (SIGINT) ends it."""
+    import signal
+    import time
+
+    import httpx
+    from local_servers import free_port
+
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--port", str(port), "--traces", str(tmp_path)],
+                              stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2).json()
+                break
+            except httpx.HTTPError:
+                assert server.poll() is None and time.monotonic() < deadline, "the server did not start"
+                time.sleep(0.2)
+        body = {"model": models["data"][0]["id"], "prompt": "mia has a red ball.", "max_tokens": 5, "seed": 1}
+        answer = httpx.post(f"http://127.0.0.1:{port}/v1/completions", json=body, timeout=60)
+        assert answer.status_code == 200 and answer.headers["x-trace"] == f"{answer.json()['id']}.json"
+        assert engine.load_trace(tmp_path / answer.headers["x-trace"])["settings"]["seed"] == 1
+    finally:
+        server.send_signal(signal.SIGINT)
+        _out, said = server.communicate(timeout=30)  # closes the pipe
+    assert server.returncode in (0, -signal.SIGINT) and "serving on http://127.0.0.1" in said
