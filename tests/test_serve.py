@@ -14,6 +14,7 @@ import httpx
 import openai
 import pytest
 import uvicorn
+from vllm_server import vllm_server  # noqa: F401  (the session's real vLLM server, shared with test_vllm.py)
 
 import engine
 from engine.serve.app import make_app
@@ -293,3 +294,24 @@ def test_a_watcher_sees_every_request_start_step_and_end(story_model, story_url)
     trace = first[-1]["trace"]
     assert trace == engine.load_trace(traces / f"{answers[0].id}.json")
     assert [e["step"] for e in first[1:-1]] == trace["steps"]
+
+
+def test_in_front_of_vllm_it_is_a_steering_proxy(vllm_server):  # noqa: F811
+    """The same in front of a real vLLM server: the text is engine.generate's through vLLM, and a client's steer
+    inserts mid-generation with the model going on after it, from vLLM's own scores."""
+    remote = engine.load_model(vllm_server)
+    prompt = "The capital of France is"
+    plain = engine.generate(remote, prompt, max_new_tokens=10)
+    trigger = plain.text[len(prompt) :][:6]
+    with served(remote, model_id="proxied") as url:
+        answer = client(url).completions.create(model="proxied", prompt=prompt, max_tokens=10, temperature=0,
+                                                logprobs=3)  # fmt: skip
+        steered = client(url).completions.create(model="proxied", prompt=prompt, max_tokens=10, temperature=0,
+                                                 extra_body={"steer": [{"at": trigger, "insert": " Lyon"}]})  # fmt: skip
+    assert (answer.choices[0].text, answer.choices[0].finish_reason) == content(remote, plain, prompt)
+    assert answer.choices[0].logprobs.token_logprobs == pytest.approx(
+        [math.log(s.model_probability) for s in plain.steps], abs=1e-5)  # fmt: skip
+    session = engine.Session(remote, prompt, max_new_tokens=10, rules=[engine.Rule(trigger, insert=" Lyon")])
+    session.run()
+    assert steered.choices[0].text == content(remote, session.result(), prompt)[0]
+    assert steered.choices[0].text.startswith(trigger + " Lyon")
