@@ -25,16 +25,20 @@ from engine.core.checks import checked_ids
 
 DEFAULT_CONTEXT = 8192  # the default context: the file's training context capped at this
 MAX_BATCH = 512  # tokens per llama_decode call (a longer feed is decoded in chunks)
+# a session's context starts this large and doubles as its text grows (LlamaCppCache.grow): a context of 8,192
+# positions took 0.2-3 s to make here, one of 512 0.01-0.02 s, and most texts are short
+FIRST_POSITIONS = 1024
 ABORTED = 2  # llama_decode's status when its abort callback said stop
 
 
 class LlamaCppCache:
     """One session's llama_context: `length` positions are in its memory; truncate(n) forgets the rest. The
-    context is made at its first use, `positions` large: the model's context, or less (size_for)."""
+    context is made at its first use, `positions` large (FIRST_POSITIONS, or what size_for says), and made
+    again larger when the text outgrows it (grow), up to the model's context."""
 
     def __init__(self, model: "LlamaCppModel"):
         self.model = model
-        self.positions = model.context_length
+        self.positions = min(FIRST_POSITIONS, model.context_length)
         self.batch_size = min(MAX_BATCH, self.positions)
         self.length = 0
         self.head_scales = None  # [layers, heads] (Session.steer_heads): the context runs inside.HeadScaler
@@ -52,6 +56,22 @@ class LlamaCppCache:
         if self.ctx is None:
             self.positions = max(1, min(positions, self.model.context_length))
             self.batch_size = min(MAX_BATCH, self.positions)
+
+    def grow(self, needed: int) -> None:
+        """Room for `needed` positions (at most the model's context): a context not made yet is made that large;
+        a made one is made again, at least twice as large, with the memory it holds copied over (llama.cpp's own
+        sequence state: the same cells, so the same numbers, bit for bit)."""
+        positions = min(self.model.context_length, max(needed, 2 * self.positions))
+        kept = self.keep_aside(0) if self.ctx is not None and self.length else None
+        _free_context(self.model.llama, self._made)
+        self._made.clear()
+        self.ctx = self.batch = self.memory = None
+        self.additions = None  # the new context has no control vector yet: forward_cached sets it again
+        self.positions, self.batch_size = positions, min(MAX_BATCH, positions)
+        self.length = 0
+        if kept is not None:
+            self.opened()
+            self.put_back(kept)
 
     def opened(self):
         """The llama_context, made now if it is not yet; ValueError once closed (or when llama.cpp cannot)."""
@@ -259,9 +279,11 @@ class LlamaCppModel(LocalBackend):
         """llama.cpp's scores for ids continuing the cache -> float32 [len(ids), vocab] (or [1, vocab]);
         head_scales: [layers, heads], each head's output scaled (inside.HeadScaler), None: as trained; residual_add:
         [layers, d] added to the stream after each layer (llama.cpp's control vector), None: none."""
-        ids = checked_ids(ids, cache.length, self._vocab_size, cache.positions)
+        ids = checked_ids(ids, cache.length, self._vocab_size, self.context_length)
         if not self._free.alive or not cache._free.alive:
             raise ValueError(f"{self.name} is closed")
+        if cache.length + len(ids) > cache.positions:
+            cache.grow(cache.length + len(ids))
         cache.scale_heads(head_scales)
         ctx = cache.opened()
         cache.set_additions(residual_add)
