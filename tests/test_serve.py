@@ -78,6 +78,7 @@ def test_a_completion_is_engine_generates_text_and_its_log_probabilities_the_rec
     )
     records = expected.steps
     assert choice.logprobs.tokens == [s.token for s in records]
+    assert choice.logprobs.text_offset == [sum(len(s.token) for s in records[:i]) for i in range(len(records))]
     assert choice.logprobs.token_logprobs == pytest.approx([math.log(s.model_probability) for s in records], abs=1e-6)
     for top, step in zip(choice.logprobs.top_logprobs, records):
         assert list(top) == list(dict.fromkeys(step.candidates.tokens[:5]))  # most likely first
@@ -206,7 +207,8 @@ def test_a_chat_completion_on_smollm2_is_the_chat_templates_generation(smollm2_l
         answer = client(url).chat.completions.create(model="smollm2", messages=messages, max_tokens=24, temperature=0,
                                                      logprobs=True, top_logprobs=3)  # fmt: skip
         chunks = list(client(url).chat.completions.create(model="smollm2", messages=messages, max_tokens=24,
-                                                          temperature=0, stream=True))  # fmt: skip
+                                                          temperature=0, stream=True,
+                                                          stream_options={"include_usage": True}))  # fmt: skip
     prompt = model.tokenizer.messages_prompt(messages)
     expected = engine.generate(model, prompt, max_new_tokens=24)
     text, reason = content(model, expected, prompt)
@@ -220,6 +222,7 @@ def test_a_chat_completion_on_smollm2_is_the_chat_templates_generation(smollm2_l
     assert all(len(r.top_logprobs) == 3 for r in records)
     assert chunks[0].choices[0].delta.role == "assistant"
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == text
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == len(expected.steps)
 
 
 def test_sixteen_clients_at_once_are_all_answered_correctly(story_model, story_url):

@@ -227,7 +227,8 @@ def chat_logprobs(tokens: list[dict]) -> list[dict]:
 
 def completion_logprobs(tokens: list[dict]) -> dict:
     return {"tokens": [t["token"] for t in tokens], "token_logprobs": [t["logprob"] for t in tokens],
-            "top_logprobs": [{o["token"]: o["logprob"] for o in t["top_logprobs"]} for t in tokens]}  # fmt: skip
+            "top_logprobs": [{o["token"]: o["logprob"] for o in t["top_logprobs"]} for t in tokens],
+            "text_offset": [t["offset"] for t in tokens]}  # fmt: skip
 
 
 def checked_model(asked: str, served: str) -> None:

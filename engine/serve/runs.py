@@ -21,7 +21,7 @@ class Piece:
     """What one step adds: the text now safe to hand out (maybe ""), and the step's token log-probabilities."""
 
     text: str
-    tokens: list[dict] = field(default_factory=list)  # [{"token", "logprob", "bytes", "top_logprobs", "id"}]
+    tokens: list[dict] = field(default_factory=list)  # [{"token", "logprob", "bytes", "top_logprobs", "id", "offset"}]
 
 
 class Run:
@@ -37,11 +37,12 @@ class Run:
         """One inference pass (or a rule's insertion) -> the new Piece; None once the text has ended."""
         if self.finish_reason is not None:
             return None
+        offset = len(self.session.generated_text)  # where this step's token begins in the answer
         step = self.session.step(stream=True)  # a server behind: one open stream, stopped where a rule acts
         if step is None:
             self.finish_reason = FINISH.get(self.session.stopped, "stop")
             return Piece(self._release(len(self.content())))
-        tokens = [self._logprobs(step)] if self.top_logprobs is not None else []
+        tokens = [dict(self._logprobs(step), offset=offset)] if self.top_logprobs is not None else []
         self.tokens += tokens
         text = self.content()
         for stop in self.stops:  # a stop string ends the text before it, the stop string itself left out
