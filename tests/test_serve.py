@@ -153,6 +153,8 @@ def test_bad_requests_are_400s_naming_the_field_and_the_server_goes_on(story_mod
         ({"steer": [{"at": "x"}]}, "steer"),
         ({"steer": [{"at": "x", "command": ["rm", "-rf", "/"]}]}, "steer"),
         ({"frobnicate": True}, "frobnicate"),
+        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+        ({"response_format": {"type": "json_object"}}, "response_format"),
     ]
     for change, field in cases:
         answer = httpx.post(f"{url}/completions", json=dict(good, **change), timeout=60)

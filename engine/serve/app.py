@@ -86,13 +86,13 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest):
-        checked_model(body.model, served)
+        checked_model(body, served)
         prompt = guarded(lambda: body.prompt_text(model.tokenizer, model.vocab_size), "prompt")
         return await answer(body, prompt, body.logprobs, "text_completion", COMPLETION_MAX_TOKENS)
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatRequest):
-        checked_model(body.model, served)
+        checked_model(body, served)
         render = getattr(model.tokenizer, "messages_prompt", None)
         if render is None or not model.has_chat_template():
             raise BadRequest(f"{served} has no chat template: send the text as it is to /v1/completions", "messages")
@@ -231,7 +231,12 @@ def completion_logprobs(tokens: list[dict]) -> dict:
             "text_offset": [t["offset"] for t in tokens]}  # fmt: skip
 
 
-def checked_model(asked: str, served: str) -> None:
+def checked_model(body, served: str) -> None:
+    """The request names the served model and asks for nothing this server does not serve (else a 400)."""
+    refused = body.unsupported()
+    if refused is not None:
+        raise BadRequest(refused[1], refused[0])
+    asked = body.model
     if asked != served:
         raise BadRequest(f"model: this server serves {served!r}, not {asked!r} (GET /v1/models)", "model")
 

@@ -72,6 +72,24 @@ class Sampling(BaseModel):
     samplers: list[str] | None = None
     grammar: str | None = None
     steer: list[Steer] = Field(default_factory=list, max_length=64)
+    # OpenAI's, not served here: refused by name (unsupported()), not as fields no one defines
+    tools: list | None = None
+    tool_choice: str | dict | None = None
+    functions: list | None = None
+    function_call: str | dict | None = None
+    response_format: dict | None = None
+
+    def unsupported(self) -> tuple[str, str] | None:
+        """(field, why) for an OpenAI field this server does not serve, or None."""
+        why = {
+            "tools": "function calling is not served here (a rule's command, or `steer`, puts a tool's output "
+                     "into the text between two inference passes)",
+            "response_format": "structured output is not served here: give a GBNF `grammar` instead",
+        }  # fmt: skip
+        for name in ("tools", "tool_choice", "functions", "function_call", "response_format"):
+            if getattr(self, name) is not None:
+                return name, f"{name}: " + why.get(name, why["tools"])
+        return None
 
     def stops(self) -> tuple[str, ...]:
         stops = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
