@@ -92,3 +92,23 @@ def test_python_m_engine_serve_answers_and_keeps_traces(tmp_path):
         server.send_signal(signal.SIGINT)
         _out, said = server.communicate(timeout=30)  # closes the pipe
     assert server.returncode in (0, -signal.SIGINT) and "serving on http://127.0.0.1" in said
+
+
+def test_a_failing_test_forces_failed_where_the_model_found_it_unlikely(smollm2_llamacpp, tmp_path, monkeypatch):
+    """The same rules, the command's verdict forced to a failure (exit 1): " failed" is inserted after "Result:",
+    and the answer's log-probabilities show how unlikely the model found it there (its own top token: a newline)."""
+    import json
+
+    monkeypatch.chdir(ROOT)
+    rules = json.loads((EXAMPLE / "rules.json").read_text(encoding="utf-8"))
+    rules[1]["command"] = [sys.executable, "-c", "import sys; sys.exit(1)"]
+    with served(smollm2_llamacpp, rules=engine.rules_from_json(rules, allow_commands=True)) as url:
+        client = agent.openai.OpenAI(base_url=url, api_key="none")
+        answer = client.chat.completions.create(model=smollm2_llamacpp.name, max_tokens=200, temperature=0,
+                                                messages=[{"role": "user", "content": agent.QUESTION}],
+                                                logprobs=True, top_logprobs=5)  # fmt: skip
+    assert "\nResult: failed" in answer.choices[0].message.content
+    records = answer.choices[0].logprobs.content
+    forced = next(r for i, r in enumerate(records) if r.token == " failed" and records[i - 1].token == ":")
+    assert forced.logprob < forced.top_logprobs[0].logprob - 5  # -12.9 against the newline's -0.39 here
+    assert " failed" not in {t.token for t in forced.top_logprobs}
