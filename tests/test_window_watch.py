@@ -42,3 +42,15 @@ def test_a_server_that_is_not_there_is_said(qtbot, window):
     window.controller.watching.start("http://127.0.0.1:9/v1")
     qtbot.waitUntil(lambda: "Stopped watching" in window.message_label.text(), timeout=WAIT)
     assert "could not watch" in window.message_label.text() and not window.controller.watching.watching
+
+
+def test_a_trace_the_server_kept_opens_in_the_window_and_replays_identical(qtbot, window, story_model, tmp_path):
+    with served(story_model, traces=tmp_path) as url:
+        client = openai.OpenAI(base_url=url, api_key="none", max_retries=0)
+        answer = client.completions.create(model=story_model.name, prompt="ben has a gold toy.", max_tokens=15,
+                                           temperature=1.0, extra_body={"steer": [{"at": "ben", "insert": " and leo"}]})  # fmt: skip
+    trace = window.open_trace(tmp_path / f"{answer.id}.json")
+    assert window.token_view.step_count() == len(trace["steps"]) and window.replay_action.isEnabled()
+    window.replay_action.trigger()
+    qtbot.waitUntil(lambda: "Replay:" in window.message_label.text(), timeout=WAIT)
+    assert "identical" in window.message_label.text()
