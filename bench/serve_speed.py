@@ -2,8 +2,9 @@
 
     python bench/serve_speed.py [--rounds 5] [--tokens 96] [--requests 1000]
 
-1. Tokens/s streamed to the `openai` client (completions, stream=True, greedy) through make_app on uvicorn (in a
-   thread of this process), against the same Session driven in-process (Session(...).run(stream=True), the
+1. Tokens/s streamed to the `openai` client (completions, stream=True, greedy) through make_app on uvicorn in a
+   thread of this process (the client's: they share the GIL), and through `python -m engine serve` in a process
+   of its own (as a person runs it), against the same Session driven in-process (Session(...).run(stream=True), the
    server's own calls): SmolLM2 on llama.cpp (1 thread), --tokens tokens, and the story model (its end token
    biased off with logit_bias on both sides, so both write the whole count: 48 tokens, its context is 64).
 2. The same stream through our server against llama-cpp-python's own server (llama_cpp.server) on the same
@@ -12,7 +13,9 @@
    does not end early on; both answers are checked to hold the whole count (and said to be the same text or not).
 3. What a rule's command adds: the story model served with and without a rule whose trigger is the whole prompt
    (so it fires once, before the first token) and whose tool is CommandTool(["python3", "-c", "pass"]); the
-   request time with the rule less without, against subprocess.run of the same argv timed in this process.
+   request time with the rule less without, against subprocess.run of the same argv timed in this process;
+   beside it a rule whose tool returns at once (the rule's own cost), and CommandTool() called directly less
+   subprocess.run (the tool's own cost: its process group, stdin feeder, and the sweep for escaped children).
 4. Memory: this process's RSS (the server runs in it) before and after --requests short requests on the story
    model (max_tokens 4, every 5th streamed), sampled every 100 after gc.collect().
 
@@ -24,6 +27,7 @@ import argparse
 import contextlib
 import functools
 import gc
+import os
 import socket
 import statistics
 import subprocess
@@ -168,6 +172,14 @@ def whole_count(api: openai.OpenAI, who: str, prompt: str, tokens: int, **extra)
     return text
 
 
+def agreement(texts: dict[str, str]) -> str:
+    """Whether the sides wrote the same text, and if not, how far they agree."""
+    common = os.path.commonprefix(list(texts.values()))
+    if all(text == common for text in texts.values()):
+        return "all wrote the same text"
+    return f"the texts part after {len(common)} characters: {common[-30:]!r}"
+
+
 def interleaved(sides: dict, rounds: int) -> dict[str, list[float]]:
     """Each side's figure per round, the sides taking turns within every round."""
     out = {name: [] for name in sides}
@@ -193,8 +205,7 @@ def streaming_sides(model, prompt: str, tokens: int, rounds: int, child, llama_c
             own = dict(extra, extra_body={"repeat_penalty": 1.0}) if who == "llama-cpp-python" else extra
             texts[who] = whole_count(api, who, prompt, tokens, **own)
             sides[who] = functools.partial(streamed_rate, api, model_id(api), prompt, tokens, **own)
-        same = len(set(texts.values())) == 1
-        return interleaved(sides, rounds), same
+        return interleaved(sides, rounds), agreement(texts)
 
 
 class CountedCommand(engine.CommandTool):
@@ -292,7 +303,7 @@ def main():
                                             functools.partial(our_child_server, *SMOL_CHILD), llama_cpp_python=True)  # fmt: skip
     story_rates, _ = streaming_sides(story, STORY_PROMPT, STORY_TOKENS, args.rounds, our_child_server,
                                      logit_bias=no_end)  # fmt: skip
-    costs = {who: [t * 1000 for t in times] for who, times in command_overhead(story, 4 * args.rounds).items()}
+    costs = {who: [t * 1000 for t in times] for who, times in command_overhead(story, 8 * args.rounds).items()}
     series = memory_series(story, args.requests)
 
     print(f"1-2. tokens/s streamed to the openai client (completions, stream=True, greedy), {args.rounds} rounds "
@@ -308,7 +319,7 @@ def main():
                 print(f"     {who} / llama-cpp-python: {ratio_spread(rates[who], rates['llama-cpp-python'])} "
                       f"(goal >= 0.8x)")  # fmt: skip
     print(f"   (llama-cpp-python: same GGUF, --n_threads 1 --n_threads_batch 1 --n_ctx {smol.context_length}, "
-          f"repeat_penalty 1; all wrote the same text: {smol_same})")  # fmt: skip
+          f"repeat_penalty 1; {smol_same})")  # fmt: skip
     rule_costs = {"the command rule": [c - n for c, n in zip(costs["command rule"], costs["no rule"])],
                   "the do-nothing rule": [c - n for c, n in zip(costs["nothing rule"], costs["no rule"])]}  # fmt: skip
     beyond_command = [c - r for c, r in zip(costs["CommandTool()"], costs["subprocess.run"])]
