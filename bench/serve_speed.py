@@ -209,13 +209,16 @@ def streaming_sides(model, prompt: str, tokens: int, rounds: int, child, llama_c
 
 
 class CountedCommand(engine.CommandTool):
-    """The command tool, counting its runs (the check that the rule fired once per request)."""
+    """The command tool, timing its runs (their count: the check that the rule fired once per request)."""
 
-    runs = 0
+    times: list[float] = []
 
     def __call__(self, text_so_far: str) -> str:
-        CountedCommand.runs += 1
-        return super().__call__(text_so_far)
+        started = time.perf_counter()
+        try:
+            return super().__call__(text_so_far)
+        finally:
+            CountedCommand.times.append(time.perf_counter() - started)
 
 
 def timed(function) -> float:
@@ -231,7 +234,7 @@ def nothing(_text_so_far: str) -> str:
 
 def command_overhead(model, rounds: int) -> dict[str, list[float]]:
     """Seconds per round: requests with the command rule, with a rule whose tool is `nothing`, with no rule; the
-    CommandTool called directly, and subprocess.run of its argv."""
+    CommandTool called directly, subprocess.run of its argv, and the tool's call inside the ruled request."""
     tool = CountedCommand(COMMAND)
     with contextlib.ExitStack() as stack:
         apis = {
@@ -249,10 +252,12 @@ def command_overhead(model, rounds: int) -> dict[str, list[float]]:
         sides["CommandTool()"] = lambda: timed(lambda: tool(STORY_PROMPT))
         sides["subprocess.run"] = lambda: timed(lambda: subprocess.run(COMMAND, check=True))
         interleaved(sides, 1)  # warm: connections open, each path taken once
-        CountedCommand.runs = 0
+        CountedCommand.times = []
         out = interleaved(sides, rounds)
-    if CountedCommand.runs != 2 * rounds:  # once per request with the rule, once called directly
-        raise RuntimeError(f"the command ran {CountedCommand.runs} times in {rounds} rounds, not {2 * rounds}")
+    runs = CountedCommand.times
+    if len(runs) != 2 * rounds:  # once per request with the rule, once called directly
+        raise RuntimeError(f"the command ran {len(runs)} times in {rounds} rounds, not {2 * rounds}")
+    out["the tool's call in the request"] = runs[0::2]  # each round: the request's call, then the direct one
     return out
 
 
@@ -320,18 +325,22 @@ def main():
                       f"(goal >= 0.8x)")  # fmt: skip
     print(f"   (llama-cpp-python: same GGUF, --n_threads 1 --n_threads_batch 1 --n_ctx {smol.context_length}, "
           f"repeat_penalty 1; {smol_same})")  # fmt: skip
-    rule_costs = {"the command rule": [c - n for c, n in zip(costs["command rule"], costs["no rule"])],
-                  "the do-nothing rule": [c - n for c, n in zip(costs["nothing rule"], costs["no rule"])]}  # fmt: skip
-    beyond_command = [c - r for c, r in zip(costs["CommandTool()"], costs["subprocess.run"])]
-    total_beyond = [a - b for a, b in zip(rule_costs["the command rule"], costs["subprocess.run"])]
+    with_rule = [c - n for c, n in zip(costs["command rule"], costs["no rule"])]
+    run_alone = costs["subprocess.run"]
     print(f"3. a rule firing once per request, before the first token (story model, 8 tokens), "
-          f"{len(beyond_command)} rounds interleaved, ms")  # fmt: skip
+          f"{len(run_alone)} rounds interleaved, ms (the medians are of each round's difference)")  # fmt: skip
     print(f"   request without a rule {spread(costs['no rule'])}; {' '.join(COMMAND)} on its own "
-          f"(subprocess.run) {spread(costs['subprocess.run'])}")  # fmt: skip
-    for who, added in rule_costs.items():
-        print(f"   request with {who} less without: {spread(added)}")
-    print(f"   the command rule less the command's own time (goal < 5 ms): {spread(total_beyond)}")
-    print(f"   CommandTool() called directly less subprocess.run of the same argv: {spread(beyond_command)}")
+          f"(subprocess.run) {spread(run_alone)}")  # fmt: skip
+    print(f"   request with the command rule less without: {spread(with_rule)}")
+    print(f"   that less the command's own time (goal < 5 ms): {spread(a - r for a, r in zip(with_rule, run_alone))}; "
+          f"from the fastest of each: {min(costs['command rule']) - min(costs['no rule']) - min(run_alone):.1f}")  # fmt: skip
+    in_request = costs["the tool's call in the request"]
+    print(f"   of which the rule and the request (less the tool's call timed in that request): "
+          f"{spread(a - t for a, t in zip(with_rule, in_request))}; a rule whose tool returns at once, less no rule: "
+          f"{spread(d - n for d, n in zip(costs['nothing rule'], costs['no rule']))}")  # fmt: skip
+    print(f"   and the tool (CommandTool() called directly less subprocess.run): "
+          f"{spread(c - r for c, r in zip(costs['CommandTool()'], run_alone))}; from the fastest of each: "
+          f"{min(costs['CommandTool()']) - min(run_alone):.1f}")  # fmt: skip
     growth = series[-1] - series[1] if len(series) > 2 else 0
     print(f"4. RSS of the server's process over {args.requests} requests (story model, max_tokens 4, every 5th "
           f"streamed), MB at 0, 100, ...: {' '.join(f'{kb / 1024:.1f}' for kb in series)}")  # fmt: skip
