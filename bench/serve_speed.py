@@ -12,8 +12,8 @@
    /v1/completions at temperature 0. Neither server is asked for log-probabilities. The prompt is one SmolLM2
    does not end early on; both answers are checked to hold the whole count (and said to be the same text or not).
 3. What a rule's command adds: the story model served with and without a rule whose trigger is the whole prompt
-   (so it fires once, before the first token) and whose tool is CommandTool(["python3", "-c", "pass"]); the
-   request time with the rule less without, against subprocess.run of the same argv timed in this process;
+   (so it fires once, before the first token; each request writes 1 token) and whose tool is
+   CommandTool(["python3", "-c", "pass"]); the request time with the rule less without, against subprocess.run of the same argv timed in this process;
    beside it a rule whose tool returns at once (the rule's own cost), and CommandTool() called directly less
    subprocess.run (the tool's own cost: its process group, stdin feeder, and the sweep for escaped children).
 4. Memory: this process's RSS (the server runs in it) before and after --requests short requests on the story
@@ -245,7 +245,7 @@ def command_overhead(model, rounds: int) -> dict[str, list[float]]:
         name = model_id(apis["no rule"])
 
         def request(api):
-            return lambda: timed(lambda: api.completions.create(model=name, prompt=STORY_PROMPT, max_tokens=8,
+            return lambda: timed(lambda: api.completions.create(model=name, prompt=STORY_PROMPT, max_tokens=1,
                                                                   temperature=0))  # fmt: skip
 
         sides = {who: request(api) for who, api in apis.items()}
@@ -327,7 +327,7 @@ def main():
           f"repeat_penalty 1; {smol_same})")  # fmt: skip
     with_rule = [c - n for c, n in zip(costs["command rule"], costs["no rule"])]
     run_alone = costs["subprocess.run"]
-    print(f"3. a rule firing once per request, before the first token (story model, 8 tokens), "
+    print(f"3. a rule firing once per request, before the first token (story model, 1 token per request: the least time beside the rule), "
           f"{len(run_alone)} rounds interleaved, ms (the medians are of each round's difference)")  # fmt: skip
     print(f"   request without a rule {spread(costs['no rule'])}; {' '.join(COMMAND)} on its own "
           f"(subprocess.run) {spread(run_alone)}")  # fmt: skip
