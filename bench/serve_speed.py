@@ -13,7 +13,8 @@
    does not end early on; both answers are checked to hold the whole count (and said to be the same text or not).
 3. What a rule's command adds: the story model served with and without a rule whose trigger is the whole prompt
    (so it fires once, before the first token; each request writes 1 token) and whose tool is
-   CommandTool(["python3", "-c", "pass"]); the request time with the rule less without, against subprocess.run of the same argv timed in this process;
+   CommandTool(["python3", "-c", "pass"]); the request time with the rule less without, against subprocess.run of
+   the same argv timed in this process;
    beside it a rule whose tool returns at once (the rule's own cost), and CommandTool() called directly less
    subprocess.run (the tool's own cost: its process group, stdin feeder, and the sweep for escaped children).
 4. Memory: this process's RSS (the server runs in it) before and after --requests short requests on the story
