@@ -328,7 +328,7 @@ def main():
           f"repeat_penalty 1; {smol_same})")  # fmt: skip
     with_rule = [c - n for c, n in zip(costs["command rule"], costs["no rule"])]
     run_alone = costs["subprocess.run"]
-    print(f"3. a rule firing once per request, before the first token (story model, 1 token per request: the least time beside the rule), "
+    print(f"3. a rule firing once per request, before the first token (story model, 1 token per request), "
           f"{len(run_alone)} rounds interleaved, ms (the medians are of each round's difference)")  # fmt: skip
     print(f"   request without a rule {spread(costs['no rule'])}; {' '.join(COMMAND)} on its own "
           f"(subprocess.run) {spread(run_alone)}")  # fmt: skip
