@@ -418,3 +418,22 @@ def test_a_lone_surrogate_is_a_value_error_for_a_gguf_tokenizer(tmp_path, monkey
     )
     with pytest.raises(ValueError, match="holds a lone surrogate"):  # was TypeError from the tokenizers library
         use(model)
+
+
+def test_the_sweep_for_escaped_children_reads_only_the_processes_started_since_the_command():
+    """_end_group reads the environments of the pids the kernel gave out since the command's own (a desktop's
+    hundreds of other processes are not read); where the pids wrapped around since, every one."""
+    import subprocess
+    import sys
+
+    from engine.core.rules import _started_since
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
+    try:
+        since = _started_since(child.pid)
+        assert child.pid in since and 1 not in since and os.getpid() not in since
+        everyone = _started_since(10**9)  # past the last pid given out: wrapped around, as far as it can tell
+        assert {1, os.getpid(), child.pid} <= set(everyone)
+    finally:
+        child.kill()
+        child.wait()

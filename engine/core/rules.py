@@ -180,16 +180,35 @@ MAX_TIMEOUT = 3600.0  # seconds: a tool that needs longer is not a tool for a st
 MAX_OUTPUT = 1_000_000  # characters
 
 
-def _marked_processes(entry: bytes) -> list[int]:
-    """Pids whose environment holds `entry` (Linux's /proc; elsewhere the process group must do)."""
+def _marked_processes(entry: bytes, first: int | None = None) -> list[int]:
+    """Pids whose environment holds `entry` (Linux's /proc; elsewhere the process group must do); with `first`,
+    the command's own pid, only the processes started after it are read (_started_since)."""
     found = []
-    for environ in Path("/proc").glob("[0-9]*/environ"):
+    for pid in _started_since(first):
         try:
-            if entry in environ.read_bytes().split(b"\0"):
-                found.append(int(environ.parent.name))
+            with open(f"/proc/{pid}/environ", "rb") as environ:
+                if entry in environ.read().split(b"\0"):
+                    found.append(pid)
         except (OSError, ValueError):
             continue  # gone, or not ours to read
     return found
+
+
+def _started_since(first: int | None) -> list[int]:
+    """The pids in /proc, those from `first` to the last pid the kernel gave out where it has not wrapped
+    around since (its pids only grow until pid_max): reading every process's environment took 1.5-4 ms with
+    77 processes here, and grows with a desktop's hundreds."""
+    try:
+        pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return []
+    try:
+        last = int(Path("/proc/sys/kernel/ns_last_pid").read_text())
+    except (OSError, ValueError):
+        return pids
+    if first is None or last < first:  # wrapped around since the command started: any pid may be its
+        return pids
+    return [pid for pid in pids if first <= pid <= last]
 
 
 def _feed(pipe, data: bytes) -> None:
@@ -217,7 +236,7 @@ def _end_group(process) -> None:
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass  # the group is gone already
-    for pid in _marked_processes(f"{MARKER}={process.marker}".encode()):
+    for pid in _marked_processes(f"{MARKER}={process.marker}".encode(), process.pid):
         try:
             os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):

@@ -2,9 +2,10 @@
 /v1/completions and /v1/chat/completions, streamed or not, every request a Session whose rules act between
 two inference passes.
 
-Requests to the model are queued (an asyncio lock, first come first served): one Session steps at a time, a
-token per hop to a worker thread, so the event loop stays free to accept, refuse and disconnect clients. A
-client that disconnects mid-stream stops its generation at the step in flight. --traces keeps each request's
+Requests to the model are queued (an asyncio lock, first come first served): one Session steps at a time, on
+a worker thread of its own one step ahead of what is sent (stepping.py), so the event loop stays free to
+accept, refuse and disconnect clients. A client that disconnects mid-stream stops its generation after the
+step in flight. --traces keeps each request's
 trace, named by its id (the response's `X-Trace` header and `trace` field say which file).
 """
 
@@ -16,6 +17,7 @@ import time
 import uuid
 from pathlib import Path
 
+import anyio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -27,6 +29,7 @@ from engine.core.settings import MAX_SEED
 from engine.core.trace import save_trace
 from engine.serve.requests import COMPLETION_MAX_TOKENS, ChatRequest, CompletionRequest
 from engine.serve.runs import Run
+from engine.serve.stepping import Stepper
 from engine.serve.watch import Watchers
 
 
@@ -111,10 +114,14 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
             return EventSourceResponse(events, headers=headers, ping=600)
         async with lock:
             started(run, request_id)
+            stepper = Stepper(run)
             try:
-                while await in_worker(run.step) is not None:
+                async for _piece in stepper:
                     stepped(run, request_id)
+            except ValueError as error:  # the model failed mid-generation (not the request)
+                return JSONResponse(error_body(f"the generation failed: {error}", None, "server_error"), 500)
             finally:
+                await stepper.close()
                 ended(run, request_id)
         return JSONResponse(whole(run, request_id, kind), headers=headers)
 
@@ -134,24 +141,23 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
         first = True
         async with lock:
             started(run, request_id)
+            stepper = Stepper(run)
             try:
-                while True:
-                    try:
-                        piece = await in_worker(run.step)
-                    except ValueError as error:  # mid-stream: said in the stream, then it ends
-                        yield json.dumps(error_body(str(error)))
-                        break
-                    if piece is None:
-                        break
-                    stepped(run, request_id)
-                    if piece.text or piece.tokens or first or run.finish_reason:
-                        choice = choice_chunk(kind, piece, first, run.finish_reason)
-                        yield json.dumps(envelope(request_id, chunk_kind, [choice]))
-                        first = False
+                try:
+                    async for piece in stepper:
+                        stepped(run, request_id)
+                        if piece.text or piece.tokens or first or piece.finish:
+                            choice = choice_chunk(kind, piece, first, piece.finish)
+                            yield json.dumps(envelope(request_id, chunk_kind, [choice]))
+                            first = False
+                except ValueError as error:  # the model failed mid-stream: said in the stream, then it ends
+                    yield json.dumps(error_body(f"the generation failed: {error}", None, "server_error"))
                 if body.stream_options is not None and body.stream_options.include_usage:
                     yield json.dumps(dict(envelope(request_id, chunk_kind, []), usage=run.usage()))
                 yield "[DONE]"
-            finally:  # also when the client went away: the generation stops at the step in flight
+            finally:  # also when the client went away: the generation stops after the step in flight
+                with anyio.CancelScope(shield=True):  # a cancelled stream's scope cancels every await in it again
+                    await stepper.close()
                 ended(run, request_id)
 
     def envelope(request_id: str, kind: str, choices: list) -> dict:
@@ -196,17 +202,6 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
             watchers.publish({"kind": "end", "request": request_id, "trace": trace})
 
     return app
-
-
-async def in_worker(function):
-    """function() on a worker thread. Cancelled (the client went away), it still waits for the step in flight:
-    the model is free for the next request only once that step has ended."""
-    task = asyncio.ensure_future(asyncio.to_thread(function))
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        await task
-        raise
 
 
 def choice_chunk(kind: str, piece, first: bool, finish: str | None) -> dict:

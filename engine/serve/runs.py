@@ -22,6 +22,7 @@ class Piece:
 
     text: str
     tokens: list[dict] = field(default_factory=list)  # [{"token", "logprob", "bytes", "top_logprobs", "id", "offset"}]
+    finish: str | None = None  # the finish reason, on the text's last piece
 
 
 class Run:
@@ -41,7 +42,7 @@ class Run:
         step = self.session.step(stream=True)  # a server behind: one open stream, stopped where a rule acts
         if step is None:
             self.finish_reason = FINISH.get(self.session.stopped, "stop")
-            return Piece(self._release(len(self.content())))
+            return Piece(self._release(len(self.content())), finish=self.finish_reason)
         tokens = [dict(self._logprobs(step), offset=offset)] if self.top_logprobs is not None else []
         self.tokens += tokens
         text = self.content()
@@ -51,7 +52,7 @@ class Run:
                 self._stopped_at = at
         if self._stopped_at is not None:
             self.finish_reason = "stop"
-            return Piece(self._release(self._stopped_at), tokens)
+            return Piece(self._release(self._stopped_at), tokens, self.finish_reason)
         return Piece(self._release(len(text) - self._held_back(text)), tokens)
 
     def content(self) -> str:
