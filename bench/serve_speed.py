@@ -34,16 +34,15 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import httpx
 import openai
-import uvicorn
 
 import engine
 from engine.serve.app import make_app
+from engine.serve.threaded import serving
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -59,24 +58,9 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-@contextlib.contextmanager
 def served(model, **options):
     """make_app(model, **options) on uvicorn in a thread of this process -> its /v1 URL."""
-    port = free_port()
-    config = uvicorn.Config(make_app(model, **options), host="127.0.0.1", port=port, log_level="warning")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("our server did not start")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+    return serving(make_app(model, **options))
 
 
 @contextlib.contextmanager

@@ -3,45 +3,26 @@ official `openai` client and by plain HTTP; the text equals engine.generate's wi
 the log-probabilities equal the session's records, rules and a client's `steer` act between two inference
 passes, every request's trace replays identically, bad requests are 400s naming the field."""
 
-import contextlib
 import json
 import math
-import socket
 import threading
 import time
 
 import httpx
 import openai
 import pytest
-import uvicorn
 from vllm_server import vllm_server  # noqa: F401  (the session's real vLLM server, shared with test_vllm.py)
 
 import engine
 from engine.serve.app import make_app
+from engine.serve.threaded import serving
 
 STORY = "mia has a red ball. she goes to the park. now mia has the"
 
 
-@contextlib.contextmanager
 def served(model, **options):
     """make_app(model, **options) on uvicorn in a thread, at 127.0.0.1 on a free port -> its /v1 URL."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = uvicorn.Server(
-        uvicorn.Config(make_app(model, **options), host="127.0.0.1", port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+    return serving(make_app(model, **options))
 
 
 @pytest.fixture(scope="module")
