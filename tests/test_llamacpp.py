@@ -327,7 +327,7 @@ def test_a_context_that_grows_with_its_text_gives_the_same_numbers(which, smollm
     """A session's llama.cpp context starts small (FIRST_POSITIONS) and is made again twice as large, its memory
     copied over, as the text outgrows it: every step's numbers equal those of a session whose context held the
     whole text from the start, bit for bit, through several growths; the trace replays identically."""
-    import engine.backends.llamacpp.model as llamacpp_model
+    import engine.backends.llamacpp.cache as llamacpp_cache
 
     model = smollm2_llamacpp if which == "smollm2" else engine.load_model(gemma3_path(), backend="llama.cpp", threads=1,
                                                                           context_length=512)  # fmt: skip
@@ -335,7 +335,7 @@ def test_a_context_that_grows_with_its_text_gives_the_same_numbers(which, smollm
     whole = engine.Session(model, prompt, max_new_tokens=40, temperature=0.9, seed=4)
     whole._context.cache.size_for(model.context_length)  # made at full size at once
     whole.run()
-    monkeypatch.setattr(llamacpp_model, "FIRST_POSITIONS", 8)
+    monkeypatch.setattr(llamacpp_cache, "FIRST_POSITIONS", 8)
     grown = engine.Session(model, prompt, max_new_tokens=40, temperature=0.9, seed=4)
     grown.run()
     assert grown._context.cache.positions == 64  # grown from 8, doubling each time the text filled it

@@ -5,7 +5,8 @@ position and runs its own sampler chain on it (LocalContext), so every feature w
 
     library.py    importing llama_cpp once: the backend initialised, llama.cpp's log sent to a file
     tokenizer.py  the model's own vocabulary: llama_tokenize, llama_token_to_piece, its chat template
-    model.py      LlamaCppModel (the backend) and LlamaCppCache (one llama_context per session)
+    model.py      LlamaCppModel (the backend)
+    cache.py      LlamaCppCache (one llama_context per session, grown as its text grows)
     checks.py     what a file must say before llama.cpp opens it (the values llama.cpp aborts on)
     probe.py      a file llama.cpp has not opened before, tried first in a separate process (verdicts kept)
     threads.py    the default thread count (every core but one: ggml's threads spin while they wait)
