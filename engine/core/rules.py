@@ -177,20 +177,32 @@ class CommandTool:
 
 
 MAX_TIMEOUT = 3600.0  # seconds: a tool that needs longer is not a tool for a step
+EMPTY_RETRIES = 5  # reads of an empty environment (a process mid-exec) before it is let be: 10 ms at most
 MAX_OUTPUT = 1_000_000  # characters
 
 
 def _marked_processes(entry: bytes, first: int | None = None) -> list[int]:
     """Pids whose environment holds `entry` (Linux's /proc; elsewhere the process group must do); with `first`,
-    the command's own pid, only the processes started after it are read (_started_since)."""
-    found = []
-    for pid in _started_since(first):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as environ:
-                if entry in environ.read().split(b"\0"):
-                    found.append(pid)
-        except (OSError, ValueError):
-            continue  # gone, or not ours to read
+    the command's own pid, only the processes started after it are read (_started_since). A process in the
+    middle of an exec shows an empty environment for a moment: those are read again, a few times."""
+    found, blank = [], _started_since(first)
+    for attempt in range(EMPTY_RETRIES + 1):
+        if attempt:
+            time.sleep(0.002)
+        again = []
+        for pid in blank:
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as environ:
+                    data = environ.read()
+            except OSError:
+                continue  # gone, or not ours to read
+            if entry in data.split(b"\0"):
+                found.append(pid)
+            elif not data:
+                again.append(pid)  # mid-exec, or a kernel thread (whose environment is always empty)
+        if not again:
+            break
+        blank = again
     return found
 
 
