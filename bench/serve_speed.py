@@ -13,7 +13,8 @@
    does not end early on; both answers are checked to hold the whole count (and said to be the same text or not).
 3. What a rule's command adds: the story model served with and without a rule whose trigger is the whole prompt
    (so it fires once, before the first token; each request writes 1 token) and whose tool is
-   CommandTool(["python3", "-c", "pass"]); the request time with the rule less without, against subprocess.run of
+   CommandTool([sys.executable, "-c", "pass"]) (this interpreter: a `python3` on PATH may be a pyenv shim, a bash
+   script whose start varies by tens of ms); the request time with the rule less without, against subprocess.run of
    the same argv timed in this process;
    beside it a rule whose tool returns at once (the rule's own cost), and CommandTool() called directly less
    subprocess.run (the tool's own cost: its process group, stdin feeder, and the sweep for escaped children).
@@ -49,7 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SMOL_PROMPT = "Once upon a time, in a small village by the sea, there lived"
 STORY_PROMPT = "mia has a red ball."
 STORY_TOKENS = 48
-COMMAND = ["python3", "-c", "pass"]
+COMMAND = [sys.executable, "-S", "-c", "pass"]  # -S: no site packages read, a steadier start
 
 
 def free_port() -> int:
