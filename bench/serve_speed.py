@@ -7,7 +7,8 @@
    of its own (as a person runs it), against the same Session driven in-process (Session(...).run(stream=True), the
    server's own calls): SmolLM2 on llama.cpp (1 thread), --tokens tokens, and the story model (its end token
    biased off with logit_bias on both sides, so both write the whole count: 48 tokens, its context is 64).
-2. The same stream through our server against llama-cpp-python's own server (llama_cpp.server) on the same
+2. The same stream through our server against llama.cpp's own llama-server (the tests' build) and llama-cpp-python's
+   own server (llama_cpp.server) on the same
    GGUF file, 1 thread (n_threads and n_threads_batch), the same context size, the same raw prompt on
    /v1/completions at temperature 0. Neither server is asked for log-probabilities. The prompt is one SmolLM2
    does not end early on; both answers are checked to hold the whole count (and said to be the same text or not).
@@ -98,6 +99,19 @@ def llama_cpp_python_server(context: int):
         "--port", str(port), "--n_threads", "1", "--n_threads_batch", "1", "--n_ctx", str(context)], port)  # fmt: skip
 
 
+def llama_server(context: int):
+    """llama.cpp's own llama-server on SmolLM2's GGUF file, one thread: the binary the tests build from the
+    llama.cpp that llama-cpp-python vendors (tests/llama_server_build.py; built first where it is not cached:
+    ~10 minutes)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from llama_server_build import llama_server_binary
+
+    port = free_port()
+    return child_server("llama-server", [
+        str(llama_server_binary()), "-m", str(engine.smollm2_path()), "--host", "127.0.0.1", "--port", str(port),
+        "-c", str(context), "-t", "1", "-tb", "1"], port)  # fmt: skip
+
+
 def our_child_server(*model_options: str):
     """Our server as a person runs it: python -m engine serve [model_options]."""
     port = free_port()
@@ -159,11 +173,15 @@ def whole_count(api: openai.OpenAI, who: str, prompt: str, tokens: int, **extra)
 
 
 def agreement(texts: dict[str, str]) -> str:
-    """Whether the sides wrote the same text, and if not, how far they agree."""
-    common = os.path.commonprefix(list(texts.values()))
-    if all(text == common for text in texts.values()):
+    """Which sides wrote the same text, and where the others part from it."""
+    groups: dict[str, list[str]] = {}
+    for who, text in texts.items():
+        groups.setdefault(text, []).append(who)
+    if len(groups) == 1:
         return "all wrote the same text"
-    return f"the texts part after {len(common)} characters: {common[-30:]!r}"
+    common = os.path.commonprefix(list(groups))
+    return "; ".join(f"{', '.join(who)} wrote {text[len(common) - 8 : len(common) + 12]!r}..." for text, who in
+                     groups.items()) + f" (they part after {len(common)} characters)"  # fmt: skip
 
 
 def interleaved(sides: dict, rounds: int) -> dict[str, list[float]]:
@@ -184,11 +202,16 @@ def streaming_sides(model, prompt: str, tokens: int, rounds: int, child, llama_c
         urls = {"server (thread)": stack.enter_context(served(model)), "server (process)": stack.enter_context(child())}
         if llama_cpp_python:
             urls["llama-cpp-python"] = stack.enter_context(llama_cpp_python_server(model.context_length))
+            urls["llama-server"] = stack.enter_context(llama_server(model.context_length))
         texts, sides = {}, {"session": lambda: session_rate(model, prompt, tokens, **settings)}
         for who, url in urls.items():
             api = client(url)
             # llama-cpp-python's server penalises repeats by default (1.1): off, as ours and the Session have it
-            own = dict(extra, extra_body={"repeat_penalty": 1.0}) if who == "llama-cpp-python" else extra
+            own = (
+                dict(extra, extra_body={"repeat_penalty": 1.0})
+                if who in ("llama-cpp-python", "llama-server")
+                else extra
+            )
             texts[who] = whole_count(api, who, prompt, tokens, **own)
             sides[who] = functools.partial(streamed_rate, api, model_id(api), prompt, tokens, **own)
         return interleaved(sides, rounds), agreement(texts)
@@ -306,11 +329,11 @@ def main():
             print(f"     {who:18} {spread(values)}")
         for who in ("server (thread)", "server (process)"):
             print(f"     {who} / session: {ratio_spread(rates[who], rates['session'])} (goal >= 0.9x)")
-            if "llama-cpp-python" in rates:
-                print(f"     {who} / llama-cpp-python: {ratio_spread(rates[who], rates['llama-cpp-python'])} "
-                      f"(goal >= 0.8x)")  # fmt: skip
-    print(f"   (llama-cpp-python: same GGUF, --n_threads 1 --n_threads_batch 1 --n_ctx {smol.context_length}, "
-          f"repeat_penalty 1; {smol_same})")  # fmt: skip
+            for other in ("llama-server", "llama-cpp-python"):
+                if other in rates:
+                    print(f"     {who} / {other}: {ratio_spread(rates[who], rates[other])} (goal >= 0.8x)")
+    print(f"   (llama-server: same GGUF, -t 1 -tb 1 -c {smol.context_length}; llama-cpp-python: --n_threads 1 "
+          f"--n_threads_batch 1 --n_ctx {smol.context_length}; both repeat_penalty 1; {smol_same})")  # fmt: skip
     with_rule = [c - n for c, n in zip(costs["command rule"], costs["no rule"])]
     run_alone = costs["subprocess.run"]
     print(f"3. a rule firing once per request, before the first token (story model, 1 token per request), "
