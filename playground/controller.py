@@ -46,7 +46,7 @@ class Controller(QObject):
         self.worker = self.threads.worker
         self.running = False
         self.known = KnownSession()  # the worker's SessionView: the GUI reads the session only through it
-        self.feed = Feed(window, running=lambda: self.running)
+        self.feed = Feed(window, running=lambda: self.running or self.watching.live)  # a watched request: live
         self.prompts = PromptCheck(window, model)
         for side in WINDOW_SIDES:  # each feature's GUI side: self.traces, self.models, self.rules, self.branches...
             setattr(self, side.name, side(self))

@@ -38,7 +38,7 @@ class Run:
         """One inference pass (or a rule's insertion) -> the new Piece; None once the text has ended."""
         if self.finish_reason is not None:
             return None
-        offset = len(self.session.generated_text)  # where this step's token begins in the answer
+        offset = len(self.session.text) - len(self.session.prompt_text)  # where this step's token begins
         step = self.session.step(stream=True)  # a server behind: one open stream, stopped where a rule acts
         if step is None:
             self.finish_reason = FINISH.get(self.session.stopped, "stop")

@@ -28,6 +28,7 @@ class Watching(QObject):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._request: str | None = None  # the request shown now
+        self.live = False  # a watched request is running: the feed shows its steps as a local run's
         self.eventArrived.connect(self._on_event)
         self.watchEnded.connect(self._on_ended)
 
@@ -50,6 +51,7 @@ class Watching(QObject):
         self.host.status(f"Watching {url}: its requests appear here as they run.")
 
     def stop(self) -> None:
+        self.live = False
         if self._thread is not None:
             self._stop.set()  # the reader sees it at the server's next ping (every second) or event
             self._thread = None
@@ -98,16 +100,15 @@ class Watching(QObject):
         self.window.controls.set_settings(event["settings"])  # the request's, as far as the controls can show them
         self.window.token_view.show_session(event["prompt"], [])
         self.host.feed.set_live(True)
+        self.live = True
         self.host.status(f"Watching {self.url}: request {self._request} on {event.get('model')}...")
 
     def _stepped(self, event: dict) -> None:
-        feed = self.host.feed
-        feed.pending.append(engine.Step.from_dict(event["step"]))
-        feed.flush()
-        feed.show_live()
+        self.host.feed.pending.append(engine.Step.from_dict(event["step"]))  # shown at the feed's next frame
 
     def _ended(self, event: dict) -> None:
         self.host.feed.set_live(False)
+        self.live = False
         trace = event.get("trace")
         if trace is None:
             self.host.status(f"Watching {self.url}: request {self._request} ended before its first token.")
