@@ -15,6 +15,7 @@ from vllm_server import vllm_server  # noqa: F401  (the session's real vLLM serv
 
 import engine
 from engine.serve.app import make_app
+from engine.serve.stepping import AHEAD
 from engine.serve.threaded import serving
 
 STORY = "mia has a red ball. she goes to the park. now mia has the"
@@ -70,13 +71,16 @@ def test_a_completion_is_engine_generates_text_and_its_log_probabilities_the_rec
 
 
 def test_a_streamed_completion_is_the_same_text_in_pieces(story_model, story_url):
+    """Every token once, in order, in events of one token or of the several that piled up while one was sent."""
     url, _ = story_url
     chunks = list(client(url).completions.create(model=story_model.name, prompt=STORY, max_tokens=20, temperature=0.9,
-                                                 seed=3, stream=True))  # fmt: skip
+                                                 seed=3, stream=True, logprobs=1))  # fmt: skip
     expected = engine.generate(story_model, STORY, max_new_tokens=20, temperature=0.9, seed=3)
     text, reason = content(story_model, expected, STORY)
     assert "".join(c.choices[0].text for c in chunks) == text
-    assert len(chunks) >= len(expected.steps) - 1 > 3 and chunks[-1].choices[0].finish_reason == reason
+    sent = [token for c in chunks if c.choices[0].logprobs for token in c.choices[0].logprobs.tokens]
+    assert sent == [step.token for step in expected.steps] and len(expected.steps) > 3
+    assert len(chunks) > 1 and chunks[-1].choices[0].finish_reason == reason
     assert all(c.choices[0].finish_reason is None for c in chunks[:-1])
 
 
@@ -154,11 +158,12 @@ def test_bad_requests_are_400s_naming_the_field_and_the_server_goes_on(story_mod
 
 
 def test_a_client_that_goes_away_mid_stream_stops_the_generation(story_model, story_url):
-    """The stream is closed after 3 chunks of up to 2,000 tokens: the trace the server kept (named by the
-    request's id) has the tokens sent and at most the ones in flight."""
+    """The stream is closed after 3 events of up to 2,000 tokens: the trace the server kept (named by the
+    request's id) has the tokens sent and at most the ones taken ahead of the sending and the one in flight."""
     url, traces = story_url
     with httpx.stream("POST", f"{url}/completions", timeout=60, json={
         "model": story_model.name, "prompt": STORY, "max_tokens": 2000, "temperature": 1.0, "seed": 2, "stream": True,
+        "logprobs": 0,
     }) as response:  # fmt: skip
         received = []
         for line in response.iter_lines():
@@ -171,7 +176,8 @@ def test_a_client_that_goes_away_mid_stream_stops_the_generation(story_model, st
     while not kept.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     steps = len(json.loads(kept.read_text())["steps"])
-    assert 3 <= steps <= 3 + 2, steps  # the chunks read, the one the thread ran ahead, the one the socket held
+    tokens = sum(len((event["choices"][0]["logprobs"] or {"tokens": ()})["tokens"]) for event in received)
+    assert tokens <= steps <= tokens + AHEAD + 2, (tokens, steps)  # + the socket's event and the step in flight
 
 
 def test_an_api_key_is_required_when_given(story_model):

@@ -3,9 +3,9 @@
 two inference passes.
 
 Requests to the model are queued (an asyncio lock, first come first served): one Session steps at a time, on
-a worker thread of its own one step ahead of what is sent (stepping.py), so the event loop stays free to
-accept, refuse and disconnect clients. A client that disconnects mid-stream stops its generation after the
-step in flight. --traces keeps each request's
+a worker thread of its own a few steps ahead of what is sent (stepping.py; what piled up goes out as one
+event), so the event loop stays free to accept, refuse and disconnect clients. A client that disconnects
+mid-stream stops its generation after the step in flight. --traces keeps each request's
 trace, named by its id (the response's `X-Trace` header and `trace` field say which file).
 """
 
@@ -28,7 +28,7 @@ from engine.core.session import Session
 from engine.core.settings import MAX_SEED
 from engine.core.trace import save_trace
 from engine.serve.requests import COMPLETION_MAX_TOKENS, ChatRequest, CompletionRequest
-from engine.serve.runs import Run
+from engine.serve.runs import Run, joined
 from engine.serve.stepping import Stepper
 from engine.serve.watch import Watchers
 
@@ -145,6 +145,7 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
             try:
                 try:
                     async for piece in stepper:
+                        piece = joined([piece, *stepper.waiting()])
                         stepped(run, request_id)
                         if piece.text or piece.tokens or first or piece.finish:
                             choice = choice_chunk(kind, piece, first, piece.finish)

@@ -25,6 +25,13 @@ class Piece:
     finish: str | None = None  # the finish reason, on the text's last piece
 
 
+def joined(pieces: list[Piece]) -> Piece:
+    """Several steps' pieces as one (what piled up while the last was being sent: one event, not several)."""
+    if len(pieces) == 1:
+        return pieces[0]
+    return Piece("".join(p.text for p in pieces), [t for p in pieces for t in p.tokens], pieces[-1].finish)
+
+
 class Run:
     def __init__(self, session: Session, stops: tuple[str, ...], top_logprobs: int | None):
         self.session, self.stops, self.top_logprobs = session, stops, top_logprobs

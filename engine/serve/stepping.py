@@ -1,24 +1,29 @@
 """A request's steps on a worker thread of its own, handed to the event loop as they come.
 
-The thread takes the next step while the loop sends the last one (one step ahead at most: a `Semaphore(1)` the
-loop releases as it takes each piece), so a token's sending overlaps the next token's inference pass, and a
-client that goes away stops the generation after the step in flight. One hand-off per token, not a thread-pool
-round trip per token (bench/serve_speed.py: ~1 ms of the HTTP path per token on this machine, most of it the
-socket's send)."""
+The thread takes the next steps while the loop sends the last ones: up to AHEAD steps ahead of what the loop
+took, so a token's sending overlaps the next tokens' inference passes. When sending is slower than the model
+(the story model writes a token in ~0.3 ms; an SSE event costs ~1 ms of this machine's socket), the loop sends
+what has piled up as one event (`waiting()`), so a stream runs at the model's speed, not the socket's. A
+client that goes away stops the generation after the step in flight (the steps already taken stay in its
+trace, at most AHEAD unsent). One hand-off per token, not a thread-pool round trip per token."""
 
 import asyncio
 import threading
 
+AHEAD = 8  # steps the thread may take before the loop takes them: a few ms of the story model, one of SmolLM2
+
 
 class Stepper:
     """`async for piece in Stepper(run)`: run.step()'s pieces until it returns None (an error it raises is
-    raised here); `await stepper.close()` stops it and waits for the step in flight."""
+    raised here); `waiting()`: the pieces already taken and not yet handed out; `await stepper.close()` stops
+    it and waits for the step in flight."""
 
-    def __init__(self, run):
+    def __init__(self, run, ahead: int = AHEAD):
         self.run = run
         self._loop = asyncio.get_running_loop()
         self._pieces: asyncio.Queue = asyncio.Queue()
-        self._room = threading.Semaphore(1)  # the thread may run one step ahead of what the loop took
+        self._held = None  # an end or an error waiting() came to: __anext__ gives it next
+        self._room = threading.Semaphore(ahead)  # released by the loop as it takes each piece
         self._stop = threading.Event()
         self._done = self._loop.run_in_executor(None, self._work)
 
@@ -26,18 +31,34 @@ class Stepper:
         return self
 
     async def __anext__(self):
-        kind, value = await self._pieces.get()
+        item = self._held or await self._pieces.get()
+        self._held = None
+        return self._taken(item)
+
+    def waiting(self) -> list:
+        """The pieces the thread has already handed over, without waiting (up to an end or an error)."""
+        out = []
+        while self._held is None and not self._pieces.empty():
+            item = self._pieces.get_nowait()
+            if item[0] == "error" or item[1] is None:
+                self._held = item
+            else:
+                out.append(self._taken(item))
+        return out
+
+    async def close(self) -> None:
+        self._stop.set()
+        self._room.release()  # a thread waiting for room sees the stop
+        await self._done
+
+    def _taken(self, item):
+        kind, value = item
         self._room.release()
         if kind == "error":
             raise value
         if value is None:
             raise StopAsyncIteration
         return value
-
-    async def close(self) -> None:
-        self._stop.set()
-        self._room.release()  # a thread waiting for room sees the stop
-        await self._done
 
     def _work(self) -> None:
         while True:

@@ -2,7 +2,8 @@
 
 The model (weights, vocabulary) is loaded once; each session's cache is a llama_context of its own (cache.py:
 made at its first use, grown as its text grows), whose memory (the KV cache) is truncated for a rewind
-(llama_memory_seq_rm), so the kept prefix is not recomputed. stop_work() ends a decode in progress.
+(llama_memory_seq_rm), so the kept prefix is not recomputed; the last prompt read is kept for the next
+context given the same one (prompt_memo.py). stop_work() ends a decode in progress.
 forward_cached decodes the new ids in one batch (chunks of n_batch), asks for scores only where they are
 needed, and copies them out of llama.cpp's buffer as float32 [rows, vocab]; LocalContext does the rest.
 """
@@ -19,6 +20,7 @@ from engine.backends.gguf.header import check_gguf_file, gguf_architecture, read
 from engine.backends.gguf.reader import file_sha256
 from engine.backends.llamacpp import library
 from engine.backends.llamacpp.cache import LlamaCppCache
+from engine.backends.llamacpp.prompt_memo import PromptMemo
 from engine.backends.llamacpp.threads import check_threads, default_threads
 from engine.backends.llamacpp.tokenizer import LlamaCppTokenizer
 from engine.backends.local import LocalBackend
@@ -87,6 +89,7 @@ class LlamaCppModel(LocalBackend):
         self._caches: weakref.WeakSet = weakref.WeakSet()
         self._grammars: weakref.WeakSet = weakref.WeakSet()
         self._grammar_order = None  # grammar_order()'s
+        self.prompt_memo = PromptMemo()  # the last prompt read, for the next context given the same one
         self._free = weakref.finalize(self, llama.llama_model_free, handle)
         try:
             self.trained_context = llama.llama_model_n_ctx_train(handle)
@@ -144,6 +147,8 @@ class LlamaCppModel(LocalBackend):
         ctx = cache.opened()
         cache.set_additions(residual_add)
         llama, batch, start, total = self.llama, cache.batch, cache.length, len(ids)
+        if start == 0 and (kept := self.prompt_memo.recall(ids, last_only, cache)) is not None:
+            return kept
         rows = []
         for chunk in range(0, total, cache.batch_size):
             part = ids[chunk : chunk + cache.batch_size]
@@ -174,7 +179,10 @@ class LlamaCppModel(LocalBackend):
             if outputs:
                 pointer = llama.llama_get_logits(ctx)
                 rows.append(np.ctypeslib.as_array(pointer, shape=(outputs, self._vocab_size)).copy())
-        return rows[0] if len(rows) == 1 else np.concatenate(rows)
+        rows = rows[0] if len(rows) == 1 else np.concatenate(rows)
+        if start == 0:
+            self.prompt_memo.remember(ids, last_only, cache, rows)
+        return rows
 
     @property
     def heads_shape(self) -> tuple[int, int]:  # (layers, heads): what head_scales index
