@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from engine.backends.blas_threads import blas_threads
 from engine.backends.local import ArrayCache, LocalBackend
 from engine.core.checks import checked_ids
 from engine.core.inside import Inside, kept_positions
@@ -145,6 +146,13 @@ class KVCache(ArrayCache):
         self.length = length
 
 
+def one_blas_thread() -> blas_threads:
+    """The story model's products are small (d 128, at most 64 positions): a second BLAS thread only adds its
+    spinning, and on a busy machine a step fell from ~1 ms to 40-60 ms with OpenBLAS's default threads (measured
+    beside other work; blas_threads.py says why). Training (train.py) keeps BLAS's own choice."""
+    return blas_threads(1)
+
+
 def forward(params, config: Config, ids, cache: KVCache | None = None, acts: dict | None = None, head_scales=None,
             residual_add=None):  # fmt: skip
     """[..., T] token ids -> [..., T, vocab] scores.
@@ -214,7 +222,8 @@ class StoryModel(LocalBackend):
 
     def scores(self, ids) -> np.ndarray:
         """The full forward: token ids [T] -> float32 scores [T, vocab] for every position."""
-        return forward(self.params, self.config, self._checked_ids(ids, already=0))
+        with one_blas_thread():
+            return forward(self.params, self.config, self._checked_ids(ids, already=0))
 
     def new_cache(self) -> KVCache:
         return KVCache(self.config)
@@ -226,12 +235,15 @@ class StoryModel(LocalBackend):
         ids = self._checked_ids(ids, already=0)
         kept = kept_positions(len(ids), last)
         acts = {}
-        scores = forward(self.params, self.config, ids, acts=acts, head_scales=head_scales, residual_add=residual_add)
+        with one_blas_thread():
+            scores = forward(self.params, self.config, ids, acts=acts, head_scales=head_scales,
+                             residual_add=residual_add)  # fmt: skip
         return Inside(np.stack([acts["x"], acts["x3"]])[:, -kept:], acts["weights"][None, :, -1], scores[-1])
 
     def unembed(self, residuals) -> np.ndarray:  # [..., d] -> [..., vocab]
         p = self.params
-        return linear(layer_norm(residuals, p["lnf.g"], p["lnf.b"]), p["head.w"], p["head.b"])
+        with one_blas_thread():
+            return linear(layer_norm(residuals, p["lnf.g"], p["lnf.b"]), p["head.w"], p["head.b"])
 
     def forward_cached(self, ids, cache: KVCache, last_only: bool = False, head_scales=None,
                        residual_add=None) -> np.ndarray:  # fmt: skip
@@ -240,7 +252,8 @@ class StoryModel(LocalBackend):
         head_scales: [layers, heads], each head's output scaled (Session.steer_heads); residual_add: [1, d]
         added to the stream after the block (Session.steer_vector)."""
         ids = self._checked_ids(ids, already=cache.length)
-        scores = forward(self.params, self.config, ids, cache, head_scales=head_scales, residual_add=residual_add)
+        with one_blas_thread():
+            scores = forward(self.params, self.config, ids, cache, head_scales=head_scales, residual_add=residual_add)
         return scores[-1:] if last_only else scores
 
     def _checked_ids(self, ids, already: int) -> np.ndarray:
