@@ -3,6 +3,7 @@ official `openai` client and by plain HTTP; the text equals engine.generate's wi
 the log-probabilities equal the session's records, rules and a client's `steer` act between two inference
 passes, every request's trace replays identically, bad requests are 400s naming the field."""
 
+import asyncio
 import json
 import math
 import threading
@@ -15,7 +16,8 @@ from vllm_server import vllm_server  # noqa: F401  (the session's real vLLM serv
 
 import engine
 from engine.serve.app import make_app
-from engine.serve.stepping import AHEAD
+from engine.serve.runs import Run
+from engine.serve.stepping import AHEAD, QUICK, stepper_for
 from engine.serve.threaded import serving
 
 STORY = "mia has a red ball. she goes to the park. now mia has the"
@@ -178,6 +180,27 @@ def test_a_client_that_goes_away_mid_stream_stops_the_generation(story_model, st
     steps = len(json.loads(kept.read_text())["steps"])
     tokens = sum(len((event["choices"][0]["logprobs"] or {"tokens": ()})["tokens"]) for event in received)
     assert tokens <= steps <= tokens + AHEAD + 2, (tokens, steps)  # + the socket's event and the step in flight
+
+
+def test_a_quick_model_steps_on_the_loop_unless_a_rule_runs_a_tool(story_model):
+    """stepper_for: the loop itself steps a model whose last request took under QUICK a step; a thread steps a
+    slower one, one not measured yet, and any request whose rules run a tool. Both write the session's text."""
+
+    def stepped(pace, rules=()):
+        async def made():
+            session = engine.Session(story_model, STORY, max_new_tokens=12, temperature=1.0, seed=5, rules=rules)
+            stepper = stepper_for(Run(session, (), None), pace)
+            pieces = [piece async for piece in stepper]
+            await stepper.close()
+            return type(stepper).__name__, "".join(piece.text for piece in pieces)
+
+        return asyncio.run(made())
+
+    expected = engine.generate(story_model, STORY, max_new_tokens=12, temperature=1.0, seed=5)
+    text = content(story_model, expected, STORY)[0]
+    assert stepped(None) == stepped(QUICK * 10) == ("Stepper", text)
+    assert stepped(QUICK / 2) == ("InlineStepper", text)
+    assert stepped(QUICK / 2, rules=[engine.Rule("zzz", tool=lambda text: "")]) == ("Stepper", text)
 
 
 def test_an_api_key_is_required_when_given(story_model):

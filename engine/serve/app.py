@@ -18,7 +18,7 @@ import uuid
 from pathlib import Path
 
 import anyio
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse
@@ -29,7 +29,7 @@ from engine.core.settings import MAX_SEED
 from engine.core.trace import save_trace
 from engine.serve.requests import COMPLETION_MAX_TOKENS, ChatRequest, CompletionRequest
 from engine.serve.runs import Run, joined
-from engine.serve.stepping import Stepper
+from engine.serve.stepping import stepper_for
 from engine.serve.watch import Watchers
 
 
@@ -46,11 +46,18 @@ def error_body(message: str, param: str | None = None, kind: str = "invalid_requ
 def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | None = None,
              api_key: str | None = None) -> FastAPI:  # fmt: skip
     """The server for one model; rules: engine Rules every request runs with (before its own `steer`)."""
-    app = FastAPI(title="Token Playground", docs_url=None, redoc_url=None)
+
+    async def authorised(request: Request):  # every route's dependency (not a middleware: Starlette's
+        # BaseHTTPMiddleware runs each request through task groups and streams, ~1 ms a request here)
+        if api_key is not None and request.headers.get("authorization") != f"Bearer {api_key}":
+            raise BadRequest("a valid API key is required (Authorization: Bearer KEY)", status=401)
+
+    app = FastAPI(title="Token Playground", docs_url=None, redoc_url=None, dependencies=[Depends(authorised)])
     served = model_id or model.name
     lock = asyncio.Lock()
     created = int(time.time())
     watchers = Watchers()
+    pace = None  # seconds per step of the model's last request (stepping.stepper_for chooses by it)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_request, error: RequestValidationError):
@@ -69,13 +76,6 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
     @app.exception_handler(HTTPException)
     async def http_error(_request, error: HTTPException):
         return JSONResponse(error_body(str(error.detail)), status_code=error.status_code)
-
-    @app.middleware("http")
-    async def authorised(request: Request, call_next):
-        if api_key is not None and request.headers.get("authorization") != f"Bearer {api_key}":
-            return JSONResponse(error_body("a valid API key is required (Authorization: Bearer KEY)", None,
-                                           "authentication_error"), status_code=401)  # fmt: skip
-        return await call_next(request)
 
     @app.get("/v1/models")
     async def models():
@@ -114,7 +114,7 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
             return EventSourceResponse(events, headers=headers, ping=600)
         async with lock:
             started(run, request_id)
-            stepper = Stepper(run)
+            stepper = stepper_for(run, pace)
             try:
                 async for _piece in stepper:
                     stepped(run, request_id)
@@ -141,7 +141,7 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
         first = True
         async with lock:
             started(run, request_id)
-            stepper = Stepper(run)
+            stepper = stepper_for(run, pace)
             try:
                 try:
                     async for piece in stepper:
@@ -194,7 +194,10 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
 
     def ended(run: Run, request_id: str) -> None:
         """The request is over (answered, failed, or its client went away): its trace kept and watched."""
+        nonlocal pace
         stepped(run, request_id)
+        if run.taken:
+            pace = run.stepping / run.taken
         written = bool(run.session.steps)  # a request that ended before its first step has no trace
         trace = run.session.trace() if written and (traces is not None or watchers) else None
         if traces is not None and written:

@@ -8,6 +8,7 @@ token a rule inserted carries the model's probability for it, so a client sees h
 """
 
 import math
+import time
 from dataclasses import dataclass, field
 
 from engine.core.session import Session
@@ -38,6 +39,7 @@ class Run:
         self.sent = 0  # characters of the generated text handed out
         self.tokens: list[dict] = []  # every step's log-probabilities (when asked for)
         self.watched = 0  # steps sent to the server's watchers
+        self.taken, self.stepping = 0, 0.0  # steps taken and the seconds they took (the model's pace)
         self.finish_reason: str | None = None
         self._stopped_at: int | None = None  # where a stop string begins in the generated text
 
@@ -46,7 +48,9 @@ class Run:
         if self.finish_reason is not None:
             return None
         offset = len(self.session.text) - len(self.session.prompt_text)  # where this step's token begins
+        started = time.perf_counter()
         step = self.session.step(stream=True)  # a server behind: one open stream, stopped where a rule acts
+        self.taken, self.stepping = self.taken + 1, self.stepping + time.perf_counter() - started
         if step is None:
             self.finish_reason = FINISH.get(self.session.stopped, "stop")
             return Piece(self._release(len(self.content())), finish=self.finish_reason)
