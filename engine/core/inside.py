@@ -67,13 +67,7 @@ def _checked_table(model, table) -> np.ndarray | None:
     if table is None:
         return None
     allowed = f"None or a {model.heads_shape[0]} x {model.heads_shape[1]} table of factors from -10 to 10"
-    try:
-        table = np.asarray(table, dtype=np.float32)
-    except (TypeError, ValueError):
-        raise ValueError(f"head_scales must be {allowed}") from None
-    if table.shape != tuple(model.heads_shape) or not (np.abs(table) <= 10).all():  # NaN fails <= too
-        raise ValueError(f"head_scales must be {allowed}")
-    return table
+    return _float32_table(table, model.heads_shape, "head_scales", allowed, lambda t: np.abs(t) <= 10)  # NaN fails
 
 
 def _checked_additions(model, table) -> np.ndarray:
@@ -82,12 +76,17 @@ def _checked_additions(model, table) -> np.ndarray:
     allowed = f"None or a {' x '.join(map(str, shape))} table of finite numbers (Session.residual_table)"
     if not getattr(model, "residual_steering", False):
         raise ValueError(f"{model.name} runs in a backend whose residual stream the engine cannot change")
+    return _float32_table(table, shape, "residual_add", allowed, np.isfinite)
+
+
+def _float32_table(table, shape, name: str, allowed: str, fits) -> np.ndarray:
+    """table as float32 of the given shape, every value passing fits (elementwise), or a ValueError naming it."""
     try:
         table = np.asarray(table, dtype=np.float32)
     except (TypeError, ValueError):
-        raise ValueError(f"residual_add must be {allowed}") from None
-    if table.shape != shape or not np.isfinite(table).all():
-        raise ValueError(f"residual_add must be {allowed}")
+        raise ValueError(f"{name} must be {allowed}") from None
+    if table.shape != tuple(shape) or not fits(table).all():
+        raise ValueError(f"{name} must be {allowed}")
     return table
 
 
