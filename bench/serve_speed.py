@@ -1,6 +1,6 @@
 """The OpenAI-compatible server (issue 29, engine/serve/): what serving costs, side by side in one run.
 
-    python bench/serve_speed.py [--rounds 5] [--tokens 96] [--requests 1000]
+    python bench/serve_speed.py [--rounds 5] [--tokens 96] [--requests 1000] [--only smollm2|story|command|memory ...]
 
 1. Tokens/s streamed to the `openai` client (completions, stream=True, greedy) through make_app on uvicorn in a
    thread of this process (the client's: they share the GIL), and through `python -m engine serve` in a process
@@ -299,41 +299,39 @@ def memory_series(model, requests: int) -> list[int]:
     return series
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--tokens", type=int, default=96, help="SmolLM2's streamed tokens per request")
-    parser.add_argument("--requests", type=int, default=1000, help="requests for the memory series")
-    args = parser.parse_args()
-    command = "python bench/serve_speed.py" + "".join(
-        f" --{name} {value}" for name, value, default in
-        (("rounds", args.rounds, 5), ("tokens", args.tokens, 96), ("requests", args.requests, 1000)) if value != default
-    )  # fmt: skip
+def print_streaming(label: str, rates: dict) -> None:
+    print(f"   {label}:")
+    for who, values in rates.items():
+        print(f"     {who:18} {spread(values)}")
+    for who in ("server (thread)", "server (process)"):
+        print(f"     {who} / session: {ratio_spread(rates[who], rates['session'])} (goal >= 0.9x)")
+        for other in ("llama-server", "llama-cpp-python"):
+            if other in rates:
+                print(f"     {who} / {other}: {ratio_spread(rates[who], rates[other])} (goal >= 0.8x)")
+
+
+def smollm2_part(args) -> None:
     smol = engine.load_model("smollm2", backend="llama.cpp", threads=1)
-    story = engine.load_model()
-    no_end = tuple((i, -100.0) for i in sorted(story.end_token_ids))
-
-    smol_rates, smol_same = streaming_sides(smol, SMOL_PROMPT, args.tokens, args.rounds,
-                                            functools.partial(our_child_server, *SMOL_CHILD), llama_cpp_python=True)  # fmt: skip
-    story_rates, _ = streaming_sides(story, STORY_PROMPT, STORY_TOKENS, args.rounds, our_child_server,
-                                     logit_bias=no_end)  # fmt: skip
-    costs = {who: [t * 1000 for t in times] for who, times in command_overhead(story, 8 * args.rounds).items()}
-    series = memory_series(story, args.requests)
-
+    rates, same = streaming_sides(smol, SMOL_PROMPT, args.tokens, args.rounds,
+                                  functools.partial(our_child_server, *SMOL_CHILD), llama_cpp_python=True)  # fmt: skip
     print(f"1-2. tokens/s streamed to the openai client (completions, stream=True, greedy), {args.rounds} rounds "
           f"interleaved; our server in a thread of this process (the client's process) and as its own process")  # fmt: skip
-    for label, rates in ((f"{smol.name}, llama.cpp 1 thread, {args.tokens} tokens", smol_rates),
-                         (f"story model, {STORY_TOKENS} tokens (end token biased off)", story_rates)):  # fmt: skip
-        print(f"   {label}:")
-        for who, values in rates.items():
-            print(f"     {who:18} {spread(values)}")
-        for who in ("server (thread)", "server (process)"):
-            print(f"     {who} / session: {ratio_spread(rates[who], rates['session'])} (goal >= 0.9x)")
-            for other in ("llama-server", "llama-cpp-python"):
-                if other in rates:
-                    print(f"     {who} / {other}: {ratio_spread(rates[who], rates[other])} (goal >= 0.8x)")
+    print_streaming(f"{smol.name}, llama.cpp 1 thread, {args.tokens} tokens", rates)
     print(f"   (llama-server: same GGUF, -t 1 -tb 1 -c {smol.context_length}; llama-cpp-python: --n_threads 1 "
-          f"--n_threads_batch 1 --n_ctx {smol.context_length}; both repeat_penalty 1; {smol_same})")  # fmt: skip
+          f"--n_threads_batch 1 --n_ctx {smol.context_length}; both repeat_penalty 1; {same})")  # fmt: skip
+
+
+def story_part(args) -> None:
+    story = engine.load_model()
+    no_end = tuple((i, -100.0) for i in sorted(story.end_token_ids))
+    rates, _ = streaming_sides(story, STORY_PROMPT, STORY_TOKENS, args.rounds, our_child_server, logit_bias=no_end)
+    print(f"1. tokens/s streamed to the openai client, as above, {args.rounds} rounds interleaved:")
+    print_streaming(f"story model, {STORY_TOKENS} tokens (end token biased off)", rates)
+
+
+def command_part(args) -> None:
+    costs = {who: [t * 1000 for t in times] for who, times in command_overhead(engine.load_model(),
+                                                                               8 * args.rounds).items()}  # fmt: skip
     with_rule = [c - n for c, n in zip(costs["command rule"], costs["no rule"])]
     run_alone = costs["subprocess.run"]
     print(f"3. a rule firing once per request, before the first token (story model, 1 token per request), "
@@ -350,12 +348,30 @@ def main():
     print(f"   and the tool (CommandTool() called directly less subprocess.run): "
           f"{spread(c - r for c, r in zip(costs['CommandTool()'], run_alone))}; from the fastest of each: "
           f"{min(costs['CommandTool()']) - min(run_alone):.1f}")  # fmt: skip
+
+
+def memory_part(args) -> None:
+    series = memory_series(engine.load_model(), args.requests)
     growth = series[-1] - series[1] if len(series) > 2 else 0
     print(f"4. RSS of the server's process over {args.requests} requests (story model, max_tokens 4, every 5th "
           f"streamed), MB at 0, 100, ...: {' '.join(f'{kb / 1024:.1f}' for kb in series)}")  # fmt: skip
     print(f"   growth after the first 100: {growth / 1024:+.1f} MB ({growth / max(1, args.requests - 100):+.2f} "
           f"KB/request); over all: {(series[-1] - series[0]) / 1024:+.1f} MB (goal: flat)")  # fmt: skip
-    print(f"command: {command}")
+
+
+PARTS = {"smollm2": smollm2_part, "story": story_part, "command": command_part, "memory": memory_part}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--tokens", type=int, default=96, help="SmolLM2's streamed tokens per request")
+    parser.add_argument("--requests", type=int, default=1000, help="requests for the memory series")
+    parser.add_argument("--only", choices=list(PARTS), action="append", help="these parts only (repeatable)")
+    args = parser.parse_args()
+    for name in args.only or PARTS:
+        PARTS[name](args)
+    print("command: python bench/serve_speed.py" + "".join(f" {arg}" for arg in sys.argv[1:]))
 
 
 if __name__ == "__main__":
