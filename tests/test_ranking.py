@@ -7,6 +7,8 @@ from hypothesis import strategies as st
 
 from engine.core import ranking
 from engine.core.ranking import top_ids
+from engine.core.sampling import ChainInput, softmax
+from engine.core.settings import LLAMA_CPP_ORDER, SAMPLERS, Settings
 
 NEG_INF = np.float32(-np.inf)
 
@@ -64,3 +66,58 @@ def test_rows_whose_groups_all_tie_at_their_best_are_ranked_whole_and_still_righ
     scores[::7] = 1.0  # every group's best is 1.0: the first pass would keep them all
     assert ranking._group_candidates(scores, 40) is None
     assert top_ids(scores, 40).tolist() == stable_ranking(scores, 40)
+
+
+class Texts:  # a tokenizer for StepMaker: a token's text is its id
+    def decode(self, ids):
+        return str(ids[0])
+
+
+chains = st.fixed_dictionaries(
+    {
+        "temperature": st.sampled_from([0.0, 0.0, 0.7, 1.0, 1.5]),
+        "top_k": st.sampled_from([None, 1, 3, 40]),
+        "top_p": st.sampled_from([None, 0.5, 0.95]),
+        "min_p": st.sampled_from([None, 0.05, 0.3]),
+        "repeat_penalty": st.sampled_from([1.0, 1.3]),
+        "greedy_at": st.sampled_from(["end", "temperature"]),
+        "logit_bias": st.sampled_from([(), ((1, 0.5), (3, -np.inf))]),
+        "samplers": st.sampled_from([SAMPLERS, LLAMA_CPP_ORDER]),
+    }
+)
+
+
+def rows_with_ties(rng, size, kind):
+    """Scores with many ties, with neighbours one float32 step apart (a temperature's division can merge
+    them), or spread out."""
+    if kind == "spread":
+        return (rng.standard_normal(size) * 3).astype(np.float32)
+    values = np.float32([-2.0, 0.5, 3.0])
+    values = np.concatenate([values, np.nextafter(values, np.float32(9)), np.nextafter(values, np.float32(-9))])
+    return rng.choice(values, size)
+
+
+@settings(max_examples=150, deadline=None)
+@given(chain=chains, size=st.sampled_from([5, 96, 5000]), kind=st.sampled_from(["ties", "spread"]),
+       seed=st.integers(0, 2**32 - 1), pick=st.integers(0, 10**6))  # fmt: skip
+def test_a_steps_ranks_and_entropy_found_without_a_pass_over_the_vocabulary_are_the_counted_ones(
+    chain, size, kind, seed, pick
+):
+    """StepMaker.make reads the token's rank after the stages that keep a ranking's upper part (top-k, top-p,
+    greedy) from the row after them, the raw rank from the raw top 20, the entropy from the softmax's own
+    shifted scores: each equals what counting over the whole row gives (Row.rank, model_rank,
+    raw_entropy_and_surprisal), for drawn and forced tokens, on rows full of ties."""
+    from engine.core.steps import StepMaker, raw_entropy_and_surprisal
+
+    rng = np.random.default_rng(seed)
+    scores = rows_with_ties(rng, size, kind)
+    maker = StepMaker(Texts(), Settings(**chain))
+    given_history = ChainInput(np.asarray(rng.integers(0, size, 8), dtype=np.int64))
+    dists = maker.distributions(scores, given_history)
+    final = dists.final.token_ids()
+    for token in (int(final[pick % len(final)]), pick % size):  # drawn from what is left, or forced
+        step = maker.make(scores, token, "model", dists)
+        assert step.stage_ranks == tuple((name, row.rank(token)) for name, row in dists.rows.items())
+        assert step.model_rank == ranking.model_rank(scores, token)
+        assert (step.entropy, step.surprisal) == raw_entropy_and_surprisal(scores, softmax(scores), token)
+        assert np.array_equal(dists.raw, softmax(scores))

@@ -47,8 +47,15 @@ from engine.core.settings import Settings
 
 
 def softmax(scores):  # [V] -> [V], float32 in, float32 out
-    e = scores - scores.max()
-    np.exp(e, out=e)
+    return _normalised_exp(scores - scores.max(), in_place=True)
+
+
+def softmax_of_shifted(shifted):  # [V] scores minus their max -> [V]: softmax(scores), the same bits, a new array
+    return _normalised_exp(shifted, in_place=False)
+
+
+def _normalised_exp(shifted, in_place: bool):
+    e = np.exp(shifted, out=shifted if in_place else None)
     e /= e.sum()
     return e
 
