@@ -98,10 +98,14 @@ class Row:
         return at, self.ids[at] == token_ids
 
     def probs_at(self, token_ids) -> np.ndarray:  # [m] ids -> [m] probabilities (0: not in the row)
+        if self.ids is None:
+            return self.probs[np.asarray(token_ids)]
         at, inside = self.positions(token_ids)
         return np.where(inside, self.probs[at], np.float32(0))
 
     def logits_at(self, token_ids) -> np.ndarray:  # [m] ids -> [m] scores (-inf: not in the row)
+        if self.ids is None:
+            return self.logits[np.asarray(token_ids)]
         at, inside = self.positions(token_ids)
         return np.where(inside, self.logits[at], np.float32(-np.inf))
 

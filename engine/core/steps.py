@@ -137,11 +137,15 @@ def stage_records(rows: dict, top) -> tuple[tuple, tuple]:
     """Candidates' stages and removed_by for the tokens `top` ([k] ids, most likely first) from the chain's rows:
     (stage name, their probabilities after it) in order, and per token the first stage that removed it (or None)."""
     removed = {}  # candidate index -> the first stage that removed it
+    stages, row_before = [], None
     for name, row in rows.items():
-        for index in np.flatnonzero(np.isneginf(row.logits_at(top))).tolist():
+        if row is not row_before:  # a stage that changed nothing gave the row it was given: read it once
+            gone, probs, row_before = np.flatnonzero(np.isneginf(row.logits_at(top))).tolist(), row.probs_at(top), row
+            probs = tuple(probs.tolist())
+        for index in gone:
             removed.setdefault(index, name)
-    stages = tuple((name, tuple(row.probs_at(top).tolist())) for name, row in rows.items())
-    return stages, tuple(removed.get(i) for i in range(len(top)))
+        stages.append((name, probs))
+    return tuple(stages), tuple(removed.get(i) for i in range(len(top)))
 
 
 class StepMaker:
@@ -184,7 +188,8 @@ class StepMaker:
         dists = dists if dists is not None else self.distributions(scores)
         candidates = self.candidates(dists)
         token_id, choice = int(token_id), candidates.token_ids[0]
-        ranks = stage_ranks(dists.rows, token_id)
+        rank = raw_rank(scores, token_id, dists.raw_top)
+        ranks = stage_ranks(dists.rows, token_id, scores, rank)
         if dists.entropy is None:
             entropy, surprisal = raw_entropy_and_surprisal(scores, dists.raw, token_id)
         else:  # the scores' best is the raw top's first
@@ -196,7 +201,7 @@ class StepMaker:
             probability=float(dists.final.probs_at([token_id])[0]),
             source=source,
             model_probability=float(dists.raw[token_id]),
-            model_rank=raw_rank(scores, token_id, dists.raw_top),
+            model_rank=rank,
             model_choice=self.text(choice),
             model_choice_id=choice,
             candidates=candidates,
@@ -265,18 +270,21 @@ def raw_rank(scores, token_id: int, raw_top=None) -> int:
     return model_rank(scores, token_id)
 
 
-def stage_ranks(rows: dict, token_id: int) -> tuple[tuple[str, int], ...]:
+def stage_ranks(rows: dict, token_id: int, scores, rank: int) -> tuple[tuple[str, int], ...]:
     """The token's rank after each stage (Row.rank), the last first: a stage in RANK_KEEPING that kept the
-    token leaves its rank as it was, and a stage that changed nothing gives the row it was given, so only
-    the rows before another kind of stage are ranked (a pass over the vocabulary for a whole row)."""
+    token leaves its rank as it was, a stage that changed nothing gives the row it was given, and the raw
+    scores' row (temperature 1) has the raw rank `rank`; only the other rows are ranked (a pass over the
+    vocabulary for a whole row)."""
     names = list(rows)
     ranks = [0] * len(names)
     for index in reversed(range(len(names))):
-        after = names[index + 1] if index + 1 < len(names) else None
-        if after and (rows[after] is rows[names[index]] or (after in RANK_KEEPING and ranks[index + 1] > 0)):
+        row, after = rows[names[index]], names[index + 1] if index + 1 < len(names) else None
+        if after and (rows[after] is row or (after in RANK_KEEPING and ranks[index + 1] > 0)):
             ranks[index] = ranks[index + 1]
+        elif row.logits is scores and row.ids is None and not np.isneginf(scores[token_id]):
+            ranks[index] = rank
         else:
-            ranks[index] = rows[names[index]].rank(token_id)
+            ranks[index] = row.rank(token_id)
     return tuple(zip(names, ranks))
 
 
