@@ -167,9 +167,10 @@ class StepMaker:
         best = int(np.argmax(scores))
         shifted = scores - scores[best]  # [V] <= 0: the softmax's first step, kept for the entropy
         raw = softmax_of_shifted(shifted)
+        log_z, entropy = raw_entropy_parts(raw[best], shifted, raw)
+        del shifted  # before the chain: its memory serves the stages' arrays (fresh pages are costly)
         rows = run_chain(self.chain, scores, raw, given)
         raw_top = top_ids(scores, TOP_CANDIDATES)
-        log_z, entropy = raw_entropy_parts(raw[best], shifted, raw)
         return Distributions(candidate_ids(scores, rows, raw_top), raw, rows, raw_top, log_z, entropy)
 
     def candidates(self, dists: Distributions) -> Candidates:
