@@ -376,6 +376,38 @@ def test_a_failing_forward_pass_changes_nothing(model, action):
     assert session.steps == reference.steps
 
 
+class FailingOnce(Exception):
+    pass
+
+
+def test_a_step_that_fails_after_its_draws_gives_them_back(model):
+    """The step's XTC and token draws are taken, then making its record fails (a token's text cannot be read,
+    once): the session is as before, the random stream included, and the steps after are those of a session
+    that never failed (the stream is rebuilt from the draws counted, not saved before every step)."""
+    settings = dict(temperature=1.0, seed=7, max_new_tokens=12, xtc_probability=0.5, xtc_threshold=0.1)
+    reference = Session(FakeBackend(), "a", **settings)
+    reference.run()
+    session = Session(model, "a", **settings)
+    session.step(), session.step()
+    before = snapshot(session)
+    decode, failed = model.tokenizer.decode, []
+
+    def fails_once(ids):
+        if not failed:
+            failed.append(ids)
+            raise FailingOnce("cannot read that token")
+        return decode(ids)
+
+    model.tokenizer.decode = fails_once
+    session._context._texts.clear()  # every token's text is read again
+    with pytest.raises(FailingOnce):
+        session.step()
+    after = snapshot(session)
+    assert failed and after[:5] + after[6:] == before[:5] + before[6:]  # [5]: the cache keeps the row it read
+    session.run()
+    assert session.steps == reference.steps and session._draws == reference._draws > 12
+
+
 # --- replay --------------------------------------------------------------------------------------------
 
 

@@ -1,19 +1,64 @@
 """Ranking a row of scores: the n best tokens in O(V), and one token's rank. Ties go to the lower token id
 everywhere (the generation contract's rule); the sampler stages in sampling.py and filters.py share these."""
 
+import math
+
 import numpy as np
+
+SORTED_UP_TO = 512  # rows up to this long are sorted whole (the story model's 96 tokens): one call, fastest
+GROUPED_FROM = 4096  # rows from this long are ranked in two passes (SmolLM2's 49,152, Gemma 3's 262,144)
 
 
 def top_ids(scores, n: int):  # [V] -> [min(n, V)] ids: highest score first, ties to the lower id
-    """The n best tokens in O(V) (a full sort of a 49,152-token row costs milliseconds per step)."""
+    """The n best tokens in O(V) (a full sort of a 49,152-token row costs milliseconds per step). A long row
+    is ranked in two passes: the best of each group of scores, then only the scores of the groups that can
+    hold the n best (partitioning all of Gemma's 262,144 scores costs several times more)."""
     size = len(scores)
-    if n >= size:
-        return np.argsort(-scores, kind="stable")
+    if n >= size or size <= SORTED_UP_TO:
+        return np.argsort(-scores, kind="stable")[:n]
+    found = _group_candidates(scores, n) if size >= GROUPED_FROM else None
+    if found is None:
+        return _ranked_best(scores, n)
+    ids, values = found  # a few dozen: sorted whole
+    return ids[np.argsort(-values, kind="stable")[:n]] if len(ids) <= SORTED_UP_TO else ids[_ranked_best(values, n)]
+
+
+def _ranked_best(scores, n: int):  # [m] -> [n] positions (n <= m): highest first, ties to the lower position
+    size = len(scores)
     threshold = np.partition(scores, size - n)[size - n]  # the n-th highest score
     above = np.flatnonzero(scores > threshold)
-    tied = np.flatnonzero(scores == threshold)[: n - len(above)]  # lowest ids first
-    ids = np.concatenate([above, tied])
-    return ids[np.lexsort((ids, -scores[ids]))]
+    tied = np.flatnonzero(scores == threshold)[: n - len(above)]  # lowest positions first
+    best = np.concatenate([above, tied])
+    return best[np.lexsort((best, -scores[best]))]
+
+
+def _group_candidates(scores, n: int):
+    """[V] -> (ids ascending, their scores): a few scores that hold the n best; None where too many groups
+    tie at their best (ranking the whole row is as cheap). Group c is the ids c, c + G, c + 2G, ... (a
+    column of the row seen as rows of G, so the maxima of all G groups cost about one pass over the row).
+    The n-th best group maximum m is at most the n-th best score (n groups each hold a score >= m), so the
+    n best are among the scores >= m, all in the groups whose best is >= m."""
+    size = len(scores)
+    columns = 1 << math.isqrt(n * size).bit_length()  # G ~ sqrt(nV) to 2 sqrt(nV): few groups, few inside
+    rows = size // columns
+    if n * 4 > columns or rows < 2:
+        return None
+    body = scores[: rows * columns].reshape(rows, columns)
+    maxima = body.max(axis=0)  # [G]
+    tail = scores[rows * columns :]  # id rows * G + c is in group c
+    if len(tail):
+        np.maximum(maxima[: len(tail)], tail, out=maxima[: len(tail)])
+    floor = np.partition(maxima, columns - n)[columns - n]
+    chosen = np.flatnonzero(maxima >= floor)  # [c] group numbers, ascending
+    if len(chosen) * 4 > columns:
+        return None
+    inside = body[:, chosen]  # [rows, c]
+    row, column = np.nonzero(inside >= floor)  # row by row: the ids ascend
+    ids, values = row * columns + chosen[column], inside[row, column]
+    if len(tail):
+        in_tail = np.flatnonzero(tail >= floor)
+        ids, values = np.concatenate([ids, rows * columns + in_tail]), np.concatenate([values, tail[in_tail]])
+    return ids, values
 
 
 def model_rank(scores, token_id: int) -> int:

@@ -47,8 +47,15 @@ from engine.core.settings import Settings
 
 
 def softmax(scores):  # [V] -> [V], float32 in, float32 out
-    e = scores - scores.max()
-    np.exp(e, out=e)
+    return _normalised_exp(scores - scores.max(), in_place=True)
+
+
+def softmax_of_shifted(shifted):  # [V] scores minus their max -> [V]: softmax(scores), the same bits, a new array
+    return _normalised_exp(shifted, in_place=False)
+
+
+def _normalised_exp(shifted, in_place: bool):
+    e = np.exp(shifted, out=shifted if in_place else None)
     e /= e.sum()
     return e
 
@@ -91,10 +98,14 @@ class Row:
         return at, self.ids[at] == token_ids
 
     def probs_at(self, token_ids) -> np.ndarray:  # [m] ids -> [m] probabilities (0: not in the row)
+        if self.ids is None:
+            return self.probs[np.asarray(token_ids)]
         at, inside = self.positions(token_ids)
         return np.where(inside, self.probs[at], np.float32(0))
 
     def logits_at(self, token_ids) -> np.ndarray:  # [m] ids -> [m] scores (-inf: not in the row)
+        if self.ids is None:
+            return self.logits[np.asarray(token_ids)]
         at, inside = self.positions(token_ids)
         return np.where(inside, self.logits[at], np.float32(-np.inf))
 

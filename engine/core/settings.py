@@ -138,19 +138,7 @@ class Settings:
 
     def _on(self, stage: str) -> bool:
         """Whether a stage's settings do anything (temperature always does: it decides greedy or sampled)."""
-        return {
-            "temperature": True,
-            "top_k": self.top_k is not None,
-            "top_p": self.top_p not in (None, 1),
-            "min_p": bool(self.min_p),
-            "logit_bias": bool(self.logit_bias),
-            "penalties": self.repeat_last_n != 0
-            and (self.repeat_penalty != 1 or self.presence_penalty != 0 or self.frequency_penalty != 0),
-            "dry": self.dry_multiplier > 0 and self.dry_last_n != 0,
-            "top_n_sigma": self.top_n_sigma is not None,
-            "typical_p": self.typical_p is not None and self.typical_p < 1,
-            "xtc": self.xtc_probability > 0 and self.xtc_threshold <= 0.5,
-        }[stage]
+        return _STAGE_ON[stage](self)  # only the one asked for: each step asks for XTC and DRY
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -244,3 +232,19 @@ def _samplers(value) -> tuple[str, ...]:
     if len(set(order)) != len(order):
         raise ValueError(f"samplers must name each stage once, got {list(order)}")
     return order
+
+
+_STAGE_ON = {  # Settings._on: whether a stage's settings do anything
+    "temperature": lambda s: True,
+    "top_k": lambda s: s.top_k is not None,
+    "top_p": lambda s: s.top_p not in (None, 1),
+    "min_p": lambda s: bool(s.min_p),
+    "logit_bias": lambda s: bool(s.logit_bias),
+    "penalties": lambda s: (
+        s.repeat_last_n != 0 and (s.repeat_penalty != 1 or s.presence_penalty != 0 or s.frequency_penalty != 0)
+    ),
+    "dry": lambda s: s.dry_multiplier > 0 and s.dry_last_n != 0,
+    "top_n_sigma": lambda s: s.top_n_sigma is not None,
+    "typical_p": lambda s: s.typical_p is not None and s.typical_p < 1,
+    "xtc": lambda s: s.xtc_probability > 0 and s.xtc_threshold <= 0.5,
+}

@@ -5,13 +5,16 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from engine.core.ranking import model_rank, top_ids
-from engine.core.sampling import GREEDY, NO_INPUT, ChainInput, Row, chain, run_chain, softmax
+from engine.core.sampling import GREEDY, NO_INPUT, ChainInput, Row, chain, run_chain, softmax_of_shifted
 from engine.core.settings import CONTRACT_ORDER, Settings
 
 TOP_CANDIDATES = 20  # candidates kept per step: the chart's bars
 SOURCES = ("model", "forced", "rule", "tool", "expanded")  # expanded: chosen by a tree expansion, not drawn
 # the stages that keep only a prefix of the raw ranking (greedy after them keeps its first)
 CONTRACT_STAGES = {*CONTRACT_ORDER, GREEDY}
+# the stages that keep an upper part of their input's ranking (every token ranked before one they keep is kept) with
+# the scores as they were: the rank of a token they keep is its rank before them
+RANK_KEEPING = ("top_k", "top_p", GREEDY)
 # what trace schema 3 added to a step (absent from older traces)
 V3_STEP_FIELDS = ("stage_ranks", "xtc_draw", "healing", "entropy", "final_entropy", "surprisal", "margin")
 
@@ -75,6 +78,9 @@ class Distributions:
     top: np.ndarray  # the ids of the top candidates of the raw softmax, most likely first
     raw: np.ndarray  # softmax of the scores, temperature 1 [V]
     rows: dict[str, Row]  # the chain's row after each stage, in its order
+    raw_top: np.ndarray | None = None  # the raw ranking's first TOP_CANDIDATES ids (top, before any promotion)
+    log_z: float | None = None  # -log of the raw best's probability (raw_entropy_and_surprisal's log Z)
+    entropy: float | None = None  # of the raw distribution, in nats
 
     @property
     def final(self) -> Row:  # what the draw uses
@@ -131,11 +137,15 @@ def stage_records(rows: dict, top) -> tuple[tuple, tuple]:
     """Candidates' stages and removed_by for the tokens `top` ([k] ids, most likely first) from the chain's rows:
     (stage name, their probabilities after it) in order, and per token the first stage that removed it (or None)."""
     removed = {}  # candidate index -> the first stage that removed it
+    stages, row_before = [], None
     for name, row in rows.items():
-        for index in np.flatnonzero(np.isneginf(row.logits_at(top))).tolist():
+        if row is not row_before:  # a stage that changed nothing gave the row it was given: read it once
+            gone, probs, row_before = np.flatnonzero(np.isneginf(row.logits_at(top))).tolist(), row.probs_at(top), row
+            probs = tuple(probs.tolist())
+        for index in gone:
             removed.setdefault(index, name)
-    stages = tuple((name, tuple(row.probs_at(top).tolist())) for name, row in rows.items())
-    return stages, tuple(removed.get(i) for i in range(len(top)))
+        stages.append((name, probs))
+    return tuple(stages), tuple(removed.get(i) for i in range(len(top)))
 
 
 class StepMaker:
@@ -154,9 +164,14 @@ class StepMaker:
         return text
 
     def distributions(self, scores, given: ChainInput = NO_INPUT) -> Distributions:
-        raw = softmax(scores)
+        best = int(np.argmax(scores))
+        shifted = scores - scores[best]  # [V] <= 0: the softmax's first step, kept for the entropy
+        raw = softmax_of_shifted(shifted)
+        log_z, entropy = raw_entropy_parts(raw[best], shifted, raw)
+        del shifted  # before the chain: its memory serves the stages' arrays (fresh pages are costly)
         rows = run_chain(self.chain, scores, raw, given)
-        return Distributions(candidate_ids(scores, rows), raw, rows)
+        raw_top = top_ids(scores, TOP_CANDIDATES)
+        return Distributions(candidate_ids(scores, rows, raw_top), raw, rows, raw_top, log_z, entropy)
 
     def candidates(self, dists: Distributions) -> Candidates:
         top_list = dists.top.tolist()
@@ -174,8 +189,12 @@ class StepMaker:
         dists = dists if dists is not None else self.distributions(scores)
         candidates = self.candidates(dists)
         token_id, choice = int(token_id), candidates.token_ids[0]
-        ranks = tuple((name, row.rank(token_id)) for name, row in dists.rows.items())
-        entropy, surprisal = raw_entropy_and_surprisal(scores, dists.raw, token_id)
+        rank = raw_rank(scores, token_id, dists.raw_top)
+        ranks = stage_ranks(dists.rows, token_id, scores, rank)
+        if dists.entropy is None:
+            entropy, surprisal = raw_entropy_and_surprisal(scores, dists.raw, token_id)
+        else:  # the scores' best is the raw top's first
+            entropy, surprisal = dists.entropy, dists.log_z - float(scores[token_id] - scores[dists.raw_top[0]])
         final = dists.final.probs
         return Step(
             token=self.text(token_id),
@@ -183,7 +202,7 @@ class StepMaker:
             probability=float(dists.final.probs_at([token_id])[0]),
             source=source,
             model_probability=float(dists.raw[token_id]),
-            model_rank=model_rank(scores, token_id),
+            model_rank=rank,
             model_choice=self.text(choice),
             model_choice_id=choice,
             candidates=candidates,
@@ -204,13 +223,14 @@ class StepMaker:
 PROMOTED = 5  # at most this many of the final distribution's best join the candidates from outside the raw top
 
 
-def candidate_ids(scores, rows: dict) -> np.ndarray:  # [V] scores -> [TOP_CANDIDATES] ids
+def candidate_ids(scores, rows: dict, top=None) -> np.ndarray:  # [V] scores -> [TOP_CANDIDATES] ids
     """The raw top 20, most likely first; but where a stage put tokens from outside them among the final
     distribution's best (a grammar, healing, a bias or penalties), the best PROMOTED of those take the last
     places, so a record shows what the model wanted and what was allowed. The contract's stages only keep
     a prefix of the raw ranking: with them alone the candidates are the raw top 20. Under greedy the best
-    are those of the row greedy chose from (what the stages allowed), not greedy's one token."""
-    top = top_ids(scores, TOP_CANDIDATES)
+    are those of the row greedy chose from (what the stages allowed), not greedy's one token.
+    top: the raw top 20 where the caller has them."""
+    top = top_ids(scores, TOP_CANDIDATES) if top is None else top
     if set(rows) <= CONTRACT_STAGES or len(top) <= PROMOTED:
         return top
     final = chosen_from(rows)
@@ -230,10 +250,43 @@ def raw_entropy_and_surprisal(scores, raw, token_id: int) -> tuple[float, float]
     score and Z = sum exp(x - M) (1 / Z is the best token's probability), log p_i = x_i - M - log Z, so
     H = log Z - sum p_i (x_i - M) and -log p_t = log Z - (x_t - M): finite even where p_t rounds to 0."""
     best = int(np.argmax(scores))
-    log_z = -float(np.log(np.float64(raw[best])))
     shifted = scores - scores[best]  # [V] float32, <= 0
-    entropy = log_z - float(np.dot(raw, shifted))
-    return max(entropy, 0.0), log_z - float(shifted[token_id])
+    log_z, entropy = raw_entropy_parts(raw[best], shifted, raw)
+    return entropy, log_z - float(shifted[token_id])
+
+
+def raw_entropy_parts(best_probability, shifted, raw) -> tuple[float, float]:
+    """(log Z, the raw entropy) from the best token's raw probability 1 / Z and the scores minus the best."""
+    log_z = -float(np.log(np.float64(best_probability)))
+    return log_z, max(log_z - float(np.dot(raw, shifted)), 0.0)
+
+
+def raw_rank(scores, token_id: int, raw_top=None) -> int:
+    """The token's rank in the raw ranking: its place among the raw top where it is there (no pass over
+    the vocabulary), else counted (ranking.model_rank)."""
+    if raw_top is not None:
+        found = np.flatnonzero(raw_top == token_id)
+        if len(found):
+            return int(found[0]) + 1
+    return model_rank(scores, token_id)
+
+
+def stage_ranks(rows: dict, token_id: int, scores, rank: int) -> tuple[tuple[str, int], ...]:
+    """The token's rank after each stage (Row.rank), the last first: a stage in RANK_KEEPING that kept the
+    token leaves its rank as it was, a stage that changed nothing gives the row it was given, and the raw
+    scores' row (temperature 1) has the raw rank `rank`; only the other rows are ranked (a pass over the
+    vocabulary for a whole row)."""
+    names = list(rows)
+    ranks = [0] * len(names)
+    for index in reversed(range(len(names))):
+        row, after = rows[names[index]], names[index + 1] if index + 1 < len(names) else None
+        if after and (rows[after] is row or (after in RANK_KEEPING and ranks[index + 1] > 0)):
+            ranks[index] = ranks[index + 1]
+        elif row.logits is scores and row.ids is None and not np.isneginf(scores[token_id]):
+            ranks[index] = rank
+        else:
+            ranks[index] = row.rank(token_id)
+    return tuple(zip(names, ranks))
 
 
 def entropy_of(probs) -> float:  # [n] probabilities -> nats, over those above 0
