@@ -5,6 +5,10 @@ import math
 
 import numpy as np
 
+# the stages that keep an upper part of their input's ranking (every token ranked before one they keep is kept) with
+# the scores as they were: the rank of a token they keep is its rank before them
+RANK_KEEPING = ("top_k", "top_p", "greedy")  # ("greedy": sampling.GREEDY, which imports this module)
+
 SORTED_UP_TO = 512  # rows up to this long are sorted whole (the story model's 96 tokens): one call, fastest
 GROUPED_FROM = 4096  # rows from this long are ranked in two passes (SmolLM2's 49,152, Gemma 3's 262,144)
 
@@ -65,3 +69,31 @@ def model_rank(scores, token_id: int) -> int:
     """1 + how many tokens come before token_id in the ranking by score (ties: lower id first)."""
     score = scores[token_id]
     return int(np.count_nonzero(scores > score) + np.count_nonzero(scores[:token_id] == score)) + 1
+
+
+def raw_rank(scores, token_id: int, raw_top=None) -> int:
+    """The token's rank in the raw ranking: its place among the raw top where it is there (no pass over
+    the vocabulary), else counted (ranking.model_rank)."""
+    if raw_top is not None:
+        found = np.flatnonzero(raw_top == token_id)
+        if len(found):
+            return int(found[0]) + 1
+    return model_rank(scores, token_id)
+
+
+def stage_ranks(rows: dict, token_id: int, scores, rank: int) -> tuple[tuple[str, int], ...]:
+    """The token's rank after each stage (Row.rank), the last first: a stage in RANK_KEEPING that kept the
+    token leaves its rank as it was, a stage that changed nothing gives the row it was given, and the raw
+    scores' row (temperature 1) has the raw rank `rank`; only the other rows are ranked (a pass over the
+    vocabulary for a whole row)."""
+    names = list(rows)
+    ranks = [0] * len(names)
+    for index in reversed(range(len(names))):
+        row, after = rows[names[index]], names[index + 1] if index + 1 < len(names) else None
+        if after and (rows[after] is row or (after in RANK_KEEPING and ranks[index + 1] > 0)):
+            ranks[index] = ranks[index + 1]
+        elif row.logits is scores and row.ids is None and not np.isneginf(scores[token_id]):
+            ranks[index] = rank
+        else:
+            ranks[index] = row.rank(token_id)
+    return tuple(zip(names, ranks))

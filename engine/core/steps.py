@@ -4,7 +4,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from engine.core.ranking import model_rank, top_ids
+from engine.core.ranking import raw_rank, stage_ranks, top_ids
 from engine.core.sampling import GREEDY, NO_INPUT, ChainInput, Row, chain, run_chain, softmax_of_shifted
 from engine.core.settings import CONTRACT_ORDER, Settings
 
@@ -12,9 +12,6 @@ TOP_CANDIDATES = 20  # candidates kept per step: the chart's bars
 SOURCES = ("model", "forced", "rule", "tool", "expanded")  # expanded: chosen by a tree expansion, not drawn
 # the stages that keep only a prefix of the raw ranking (greedy after them keeps its first)
 CONTRACT_STAGES = {*CONTRACT_ORDER, GREEDY}
-# the stages that keep an upper part of their input's ranking (every token ranked before one they keep is kept) with
-# the scores as they were: the rank of a token they keep is its rank before them
-RANK_KEEPING = ("top_k", "top_p", GREEDY)
 # what trace schema 3 added to a step (absent from older traces)
 V3_STEP_FIELDS = ("stage_ranks", "xtc_draw", "healing", "entropy", "final_entropy", "surprisal", "margin")
 
@@ -259,34 +256,6 @@ def raw_entropy_parts(best_probability, shifted, raw) -> tuple[float, float]:
     """(log Z, the raw entropy) from the best token's raw probability 1 / Z and the scores minus the best."""
     log_z = -float(np.log(np.float64(best_probability)))
     return log_z, max(log_z - float(np.dot(raw, shifted)), 0.0)
-
-
-def raw_rank(scores, token_id: int, raw_top=None) -> int:
-    """The token's rank in the raw ranking: its place among the raw top where it is there (no pass over
-    the vocabulary), else counted (ranking.model_rank)."""
-    if raw_top is not None:
-        found = np.flatnonzero(raw_top == token_id)
-        if len(found):
-            return int(found[0]) + 1
-    return model_rank(scores, token_id)
-
-
-def stage_ranks(rows: dict, token_id: int, scores, rank: int) -> tuple[tuple[str, int], ...]:
-    """The token's rank after each stage (Row.rank), the last first: a stage in RANK_KEEPING that kept the
-    token leaves its rank as it was, a stage that changed nothing gives the row it was given, and the raw
-    scores' row (temperature 1) has the raw rank `rank`; only the other rows are ranked (a pass over the
-    vocabulary for a whole row)."""
-    names = list(rows)
-    ranks = [0] * len(names)
-    for index in reversed(range(len(names))):
-        row, after = rows[names[index]], names[index + 1] if index + 1 < len(names) else None
-        if after and (rows[after] is row or (after in RANK_KEEPING and ranks[index + 1] > 0)):
-            ranks[index] = ranks[index + 1]
-        elif row.logits is scores and row.ids is None and not np.isneginf(scores[token_id]):
-            ranks[index] = rank
-        else:
-            ranks[index] = row.rank(token_id)
-    return tuple(zip(names, ranks))
 
 
 def entropy_of(probs) -> float:  # [n] probabilities -> nats, over those above 0
