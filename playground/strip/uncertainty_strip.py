@@ -4,7 +4,8 @@ the running perplexity of the text (exp of the mean surprisal); and the "least c
 of highest surprisal (or entropy). Hover a point for its token; click it, or a list row, to select that step
 (stepClicked). The widget only draws: the window feeds it the view's steps (set_steps) and marks the
 selected one (mark). The curves are created once and updated in place (setData), at most once a frame
-(as the chart: FRAME_MS, LIVE_FPS while streaming), so 10,000 steps cost a few milliseconds a repaint.
+(FRAME_MS; LIVE_FPS while a run streams: a history moves slower than the chart's bars), and not while the strip
+is hidden (its dock closed or behind another tab), so 10,000 steps cost a few milliseconds a repaint.
 
 Once the worker has scored the session's prompt (set_prompt), its tokens are drawn in grey on a shaded band
 left of step 1, so the first steps' context shows; they are hovered and clicked (promptClicked) like steps,
@@ -16,7 +17,7 @@ from PySide6.QtCore import QPointF, Qt, QTimer, Signal
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QSizePolicy, QToolTip, QVBoxLayout, QWidget
 
-from ..widgets.chart import FRAME_MS, LIVE_FPS
+from ..widgets.chart import FRAME_MS
 from ..widgets.flow_layout import FlowLayout
 from . import measures
 from .least_list import LeastConfidentList
@@ -24,6 +25,7 @@ from .measures import RANK_BY
 from .plot_items import COLORS, empty_hint, mark_items, prompt_items, step_curves, strip_plot
 
 SYMBOLS_UP_TO = 150  # with more points than this the curves are drawn without symbols (cheaper, clearer)
+LIVE_FPS = 4  # repaints a second while a run streams: each takes the GIL from the worker for milliseconds
 
 
 class UncertaintyStrip(QWidget):
@@ -96,7 +98,7 @@ class UncertaintyStrip(QWidget):
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
 
         self._timer = QTimer(self, interval=FRAME_MS)
-        self._timer.timeout.connect(self._repaint)
+        self._timer.timeout.connect(self._frame)
         self._timer.start()
         self.apply_palette()
 
@@ -261,6 +263,11 @@ class UncertaintyStrip(QWidget):
 
     def _mark_dirty(self) -> None:
         self._dirty = True
+
+    def _frame(self) -> None:
+        """The throttle's tick: repaint what changed, unless nobody can see the strip (it waits, dirty)."""
+        if self.isVisible():
+            self._repaint()
 
     def _repaint(self) -> None:
         """Draw what changed since the last frame: the curves (in place), the mark, the readout, the list."""

@@ -8,7 +8,8 @@ softmax instead, with that token marked, and a note says so. A candidate that a 
 shown) is greyed and says so at its bar ("removed by top-p"); hovering a bar shows its token id, the stage
 that removed it and its probability after every stage. The switch wraps onto more lines for a long chain.
 The bar item and the labels are created once and updated in place; repaints are throttled to at most 60 per
-second however fast steps arrive."""
+second however fast steps arrive (LIVE_FPS while a run streams), and wait while the chart is hidden (its dock
+closed or behind another tab)."""
 
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt, QTimer, Signal
@@ -25,7 +26,7 @@ FRAME_MS = 16  # at most ~60 repaints per second
 LABEL_SPACE = -0.42  # the x range left of 0 that holds the token labels (more in a narrow chart: _fit_labels)
 MAX_LABEL_SHARE = 0.6  # the labels never take more than this share of the plot's width
 RIGHT_EDGE = 1.2  # room right of a full bar for its value ("1.000") in a narrow chart
-LIVE_FPS = 15  # while tokens stream: a person cannot read faster, and painting competes for the GIL
+LIVE_FPS = 8  # while tokens stream: the bars still move, and a repaint (~6 ms of Python) takes the GIL from the worker
 EMPTY_HINT = "Press Step (Ctrl+→): the next token's\ncandidates appear here as bars.\nClick a bar to force that token."
 REMOVED_COLOR = "#8a8a8a"  # a removed candidate's label: grey on the light and the dark palettes
 
@@ -111,8 +112,10 @@ class DistributionChart(QWidget):
         self.repaints = 0  # counted for the throttle's test and bench
         self._timer = QTimer(self)
         self._timer.setInterval(FRAME_MS)
-        self._timer.timeout.connect(self._repaint)
+        self._timer.timeout.connect(self._frame)
         self._timer.start()
+        self._live = False  # a run streams: the labels' room only grows (a new x range moves every item)
+        self._live_labels = 0.0  # the widest labels (px) since the run began
         self.apply_palette()
 
     # --- what to show --------------------------------------------------------------------------------
@@ -241,6 +244,11 @@ class DistributionChart(QWidget):
     def _mark_dirty(self) -> None:
         self._dirty = True
 
+    def _frame(self) -> None:
+        """The throttle's tick: repaint what changed, unless nobody can see the chart (it waits, dirty)."""
+        if self.isVisible():
+            self._repaint()
+
     def _repaint(self) -> None:
         """Draw what changed since the last frame. Everything here runs Python under the GIL that the
         worker needs too, so unchanged labels, ticks and brushes are left alone."""
@@ -308,6 +316,8 @@ class DistributionChart(QWidget):
         if width <= 0:
             return
         labels = max((label.textItem.boundingRect().width() for label in self._tokens), default=0.0) + 6
+        if self._live:  # narrower labels while streaming keep the room the widest had
+            labels = self._live_labels = max(labels, self._live_labels)
         value = (
             QFontMetrics(self._values[0].textItem.font()).horizontalAdvance("0.999") + 20
         )  # (the item pads its text)
@@ -319,8 +329,12 @@ class DistributionChart(QWidget):
             self.empty_hint.setPos((space + RIGHT_EDGE) / 2, TOP_CANDIDATES / 2 - 2)
 
     def set_live(self, live: bool) -> None:
-        """While tokens stream, repaint at most LIVE_FPS times a second; otherwise at up to 60."""
+        """While tokens stream, repaint at most LIVE_FPS times a second, and the labels' room only grows (a new
+        x range moves every item, each step); otherwise at up to 60, the room fitted to the labels shown."""
         self._timer.setInterval(1000 // LIVE_FPS if live else FRAME_MS)
+        self._live, self._live_labels = live, 0.0
+        if not live:
+            self._fit_labels()
 
     def _clicked(self, event) -> None:
         if self._candidates is None or event.button() != Qt.MouseButton.LeftButton:
