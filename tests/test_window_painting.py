@@ -1,0 +1,58 @@
+"""What the window paints while a run streams (issue 30): less, and nothing nobody can see, with the picture after
+the run as a whole redraw makes it. On the real window and the story model."""
+
+from test_window import generate, type_prompt
+
+from playground.widgets.chart import DistributionChart
+
+LONG = "a token label much wider than any word"
+
+
+def test_while_streaming_the_chart_keeps_its_label_room_and_fits_it_once_the_run_ends(qtbot, window):
+    """A narrower set of labels mid-run moved every bar, label and tick (a new x range) at each step: while live the
+    room only grows; once the run ends it fits the labels shown, and the chart looks as one drawn afresh."""
+    type_prompt(qtbot, window, "mia has a red ball.")
+    window.controls.max_tokens.setValue(12)
+    generate(qtbot, window)
+    chart, step = window.chart, window.token_view.step(3)
+    candidates, wide = step.candidates, [LONG] + list(step.candidates.tokens[1:])
+    chart.set_live(True)
+    chart.show_candidates(candidates, step.token_id, "Step 4", wide)
+    chart.flush()
+    room = chart.label_space
+    chart.show_candidates(candidates, step.token_id, "Step 4")  # the story model's short words
+    chart.flush()
+    assert chart.label_space == room  # kept while live
+    chart.set_live(False)  # the run's end
+    chart.flush()
+    assert chart.label_space > room  # fitted to the short words again
+    fresh = DistributionChart()
+    qtbot.addWidget(fresh)
+    fresh.resize(chart.size())
+    fresh.show()
+    qtbot.waitExposed(fresh)
+    fresh.show_candidates(candidates, step.token_id, "Step 4")
+    fresh.flush()
+    assert fresh.label_space == chart.label_space
+    assert chart.plot.grab().toImage() == fresh.plot.grab().toImage()  # pixel for pixel
+
+
+def test_a_hidden_strip_and_chart_draw_nothing_until_shown_then_all_of_it(qtbot, window):
+    """Closed (or behind another tab), the strip and the chart do not repaint during a run; shown again, they draw
+    the whole run at once."""
+    strip, chart, docks = window.uncertainty_strip, window.chart, window.docks
+    docks.hide(chart)
+    docks.hide(strip)
+    qtbot.waitUntil(lambda: not strip.isVisible() and not chart.isVisible(), timeout=5000)
+    strip_before, chart_before = strip.repaints, chart.repaints
+    type_prompt(qtbot, window, "mia has a red ball.")
+    generate(qtbot, window)
+    qtbot.wait(100)  # frames pass after the run too
+    assert (strip.repaints, chart.repaints) == (strip_before, chart_before)
+    docks.show(strip)
+    docks.show(chart)
+    steps = window.token_view.steps()
+    qtbot.waitUntil(lambda: strip.repaints > strip_before and chart.repaints > chart_before, timeout=5000)
+    x, _y = strip._curves["surprisal"].getData()
+    assert list(x) == list(range(1, len(steps) + 1))
+    assert chart.title.text().startswith(("Stopped", "Next token"))
