@@ -8,23 +8,28 @@ from playground.widgets.chart import DistributionChart
 LONG = "a token label much wider than any word"
 
 
-def test_while_streaming_the_chart_keeps_its_label_room_and_fits_it_once_the_run_ends(qtbot, window):
-    """A narrower set of labels mid-run moved every bar, label and tick (a new x range) at each step: while live the
-    room only grows; once the run ends it fits the labels shown, and the chart looks as one drawn afresh."""
+def test_while_streaming_the_chart_keeps_its_label_room_and_title_lines_and_fits_them_once_the_run_ends(qtbot, window):
+    """Narrower labels or a shorter title mid-run moved every bar, label and tick (a new x range, a new plot height)
+    at each step: while live both only grow; once the run ends they fit what is shown, and the chart looks as one
+    drawn afresh, pixel for pixel."""
     type_prompt(qtbot, window, "mia has a red ball.")
     window.controls.max_tokens.setValue(12)
     generate(qtbot, window)
     chart, step = window.chart, window.token_view.step(3)
+    qtbot.waitUntil(lambda: chart._title.startswith("Stopped"), timeout=5000)  # the window is done with the chart
     candidates, wide = step.candidates, [LONG] + list(step.candidates.tokens[1:])
     chart.set_live(True)
-    chart.show_candidates(candidates, step.token_id, "Step 4", wide)
+    chart.show_candidates(candidates, step.token_id, "Step 4: " + LONG * 3, wide)
     chart.flush()
-    room = chart.label_space
+    qtbot.wait(20)  # laid out
+    room, height = chart.label_space, chart.plot.height()
     chart.show_candidates(candidates, step.token_id, "Step 4")  # the story model's short words
     chart.flush()
-    assert chart.label_space == room  # kept while live
+    qtbot.wait(20)  # a layout would be done by now
+    assert chart.label_space == room and chart.plot.height() == height  # kept while live
     chart.set_live(False)  # the run's end
     chart.flush()
+    qtbot.waitUntil(lambda: chart.plot.height() > height, timeout=5000)  # one line of title again
     assert chart.label_space > room  # fitted to the short words again
     fresh = DistributionChart()
     qtbot.addWidget(fresh)

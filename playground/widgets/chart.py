@@ -116,6 +116,7 @@ class DistributionChart(QWidget):
         self._timer.start()
         self._live = False  # a run streams: the labels' room only grows (a new x range moves every item)
         self._live_labels = 0.0  # the widest labels (px) since the run began
+        self._refit = False  # the run has ended: the title's lines and the labels' room are fitted again
         self.apply_palette()
 
     # --- what to show --------------------------------------------------------------------------------
@@ -256,8 +257,15 @@ class DistributionChart(QWidget):
             return
         self._dirty = False
         self.repaints += 1
+        refit, self._refit = self._refit and not self._live, False
+        if refit:
+            self.title.setMinimumHeight(0)
         if self.title.text() != self._title:
             self.title.setText(self._title)
+            if self._live:  # a shorter title keeps the lines the longest had: the plot is not laid out again
+                self.title.setMinimumHeight(
+                    max(self.title.minimumHeight(), self.title.heightForWidth(self.title.width()))
+                )
         candidates = self._candidates
         tokens = self._bar_texts()
         values, only = self._stage_values(candidates) if candidates is not None else ((), None)
@@ -286,6 +294,8 @@ class DistributionChart(QWidget):
             for row, label in enumerate(self._tokens):
                 label.setText(bar_label(tokens[row]) if row < len(tokens) else "")
             self._drawn_tokens = tokens
+            self._fit_labels()
+        elif refit:
             self._fit_labels()
         removed = chart_rows.removed_now(candidates, self.stage(), only) if candidates is not None else []
         removed += [None] * (TOP_CANDIDATES - len(removed))
@@ -329,12 +339,14 @@ class DistributionChart(QWidget):
             self.empty_hint.setPos((space + RIGHT_EDGE) / 2, TOP_CANDIDATES / 2 - 2)
 
     def set_live(self, live: bool) -> None:
-        """While tokens stream, repaint at most LIVE_FPS times a second, and the labels' room only grows (a new
-        x range moves every item, each step); otherwise at up to 60, the room fitted to the labels shown."""
+        """While tokens stream, repaint at most LIVE_FPS times a second, and the labels' room and the title's lines
+        only grow (a new x range or plot height moves every item, each step); otherwise at up to 60, fitted to what
+        is shown."""
         self._timer.setInterval(1000 // LIVE_FPS if live else FRAME_MS)
         self._live, self._live_labels = live, 0.0
-        if not live:
-            self._fit_labels()
+        if not live:  # fitted again at the next repaint (with what the run's end shows: one layout, not two)
+            self._refit = True
+            self._mark_dirty()
 
     def _clicked(self, event) -> None:
         if self._candidates is None or event.button() != Qt.MouseButton.LeftButton:
