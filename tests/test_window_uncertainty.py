@@ -375,3 +375,19 @@ def test_a_session_replaced_as_soon_as_its_run_ends_is_not_scored(qtbot, window,
         controller.runFinished.disconnect(next_story)
     prompt_scored(qtbot, window, story_model.tokenizer.encode("ben has a blue cup."))
     assert scoring.prompts_scored == 1
+
+
+def test_another_model_reads_the_prompt_again(qtbot, window, story_model):
+    """The cached scores are the model's: once another model is in, the same prompt is read by it."""
+    scoring, controller = window.controller.worker.scoring, window.controller
+    red_ball = story_model.tokenizer.encode("mia has a red ball.")
+    generated(qtbot, window)
+    prompt_scored(qtbot, window, red_ball)
+    controller.reset()
+    qtbot.waitUntil(lambda: controller.known.view.steps == 0, timeout=15000)  # the worker has reset: nothing to ask
+    with qtbot.waitSignal(controller.modelChanged, timeout=30000):
+        controller.models.open_model(None)  # the story model again: another model object
+    assert window.model is not story_model
+    generated(qtbot, window)
+    prompt_scored(qtbot, window, red_ball)
+    assert scoring.prompts_scored == 2
