@@ -3,7 +3,10 @@ the run as a whole redraw makes it. On the real window and the story model."""
 
 from test_window import generate, type_prompt
 
+from playground.strip.uncertainty_strip import LIVE_FPS as strip_live_fps
+from playground.widgets.chart import LIVE_FPS as chart_live_fps
 from playground.widgets.chart import DistributionChart
+from playground.widgets.frames import FRAME_MS
 
 LONG = "a token label much wider than any word"
 
@@ -61,3 +64,19 @@ def test_a_hidden_strip_and_chart_draw_nothing_until_shown_then_all_of_it(qtbot,
     x, _y = strip._curves["surprisal"].getData()
     assert list(x) == list(range(1, len(steps) + 1))
     assert chart.title.text().startswith(("Stopped", "Next token"))
+
+
+def test_a_runs_end_keeps_the_live_pace_until_the_next_frame(qtbot, window):
+    """Story after story, a run's end does not switch the chart and the strip to 60 repaints a second for the few
+    milliseconds before the next run (nor does the next run's start put off the frame that is due): the live pace
+    holds until the next frame, which draws the run's end; then frames come at 60 a second again."""
+    for widget, live_fps in ((window.chart, chart_live_fps), (window.uncertainty_strip, strip_live_fps)):
+        timer = widget._frames.timer
+        widget.set_live(True)
+        assert timer.interval() == 1000 // live_fps
+        widget.set_live(False)
+        assert timer.interval() == 1000 // live_fps
+        before = widget.repaints
+        widget._mark_dirty()
+        qtbot.waitUntil(lambda timer=timer: timer.interval() == FRAME_MS, timeout=2000)
+        assert widget.repaints == before + 1  # the run's end was drawn at that frame

@@ -9,10 +9,10 @@ shown) is greyed and says so at its bar ("removed by top-p"); hovering a bar sho
 that removed it and its probability after every stage. The switch wraps onto more lines for a long chain.
 The bar item and the labels are created once and updated in place; repaints are throttled to at most 60 per
 second however fast steps arrive (LIVE_FPS while a run streams), and wait while the chart is hidden (its dock
-closed or behind another tab)."""
+closed or behind another tab): playground/widgets/frames.py."""
 
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, Qt, QTimer, Signal
+from PySide6.QtCore import QPointF, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QPalette
 from PySide6.QtWidgets import QButtonGroup, QLabel, QRadioButton, QToolTip, QVBoxLayout, QWidget
 
@@ -21,8 +21,8 @@ from engine import STAGE_NAMES, TOP_CANDIDATES
 from . import chart_rows
 from .chart_rows import ONE_TOKEN_NOTE, bar_label, stage_label
 from .flow_layout import FlowLayout
+from .frames import Frames
 
-FRAME_MS = 16  # at most ~60 repaints per second
 LABEL_SPACE = -0.42  # the x range left of 0 that holds the token labels (more in a narrow chart: _fit_labels)
 MAX_LABEL_SHARE = 0.6  # the labels never take more than this share of the plot's width
 RIGHT_EDGE = 1.2  # room right of a full bar for its value ("1.000") in a narrow chart
@@ -110,10 +110,7 @@ class DistributionChart(QWidget):
         self._title = self.title.text()
         self._dirty = False
         self.repaints = 0  # counted for the throttle's test and bench
-        self._timer = QTimer(self)
-        self._timer.setInterval(FRAME_MS)
-        self._timer.timeout.connect(self._frame)
-        self._timer.start()
+        self._frames = Frames(self, self._repaint, LIVE_FPS)
         self._live = False  # a run streams: the labels' room only grows (a new x range moves every item)
         self._live_labels = 0.0  # the widest labels (px) since the run began
         self._refit = False  # the run has ended: the title's lines and the labels' room are fitted again
@@ -245,11 +242,6 @@ class DistributionChart(QWidget):
     def _mark_dirty(self) -> None:
         self._dirty = True
 
-    def _frame(self) -> None:
-        """The throttle's tick: repaint what changed, unless nobody can see the chart (it waits, dirty)."""
-        if self.isVisible():
-            self._repaint()
-
     def _repaint(self) -> None:
         """Draw what changed since the last frame. Everything here runs Python under the GIL that the
         worker needs too, so unchanged labels, ticks and brushes are left alone."""
@@ -342,7 +334,7 @@ class DistributionChart(QWidget):
         """While tokens stream, repaint at most LIVE_FPS times a second, and the labels' room and the title's lines
         only grow (a new x range or plot height moves every item, each step); otherwise at up to 60, fitted to what
         is shown."""
-        self._timer.setInterval(1000 // LIVE_FPS if live else FRAME_MS)
+        self._frames.set_live(live)
         self._live, self._live_labels = live, 0.0
         if not live:  # fitted again at the next repaint (with what the run's end shows: one layout, not two)
             self._refit = True
