@@ -25,7 +25,7 @@ from .measures import RANK_BY
 from .plot_items import COLORS, empty_hint, mark_items, prompt_items, step_curves, strip_plot
 
 SYMBOLS_UP_TO = 150  # with more points than this the curves are drawn without symbols (cheaper, clearer)
-LIVE_FPS = 4  # repaints a second while a run streams: each takes the GIL from the worker for milliseconds
+LIVE_FPS = 2  # repaints a second while a run streams: each takes the GIL from the worker for milliseconds
 
 
 class UncertaintyStrip(QWidget):

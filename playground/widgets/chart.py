@@ -26,7 +26,7 @@ from .frames import Frames
 LABEL_SPACE = -0.42  # the x range left of 0 that holds the token labels (more in a narrow chart: _fit_labels)
 MAX_LABEL_SHARE = 0.6  # the labels never take more than this share of the plot's width
 RIGHT_EDGE = 1.2  # room right of a full bar for its value ("1.000") in a narrow chart
-LIVE_FPS = 8  # while tokens stream: the bars still move, and a repaint (~6 ms of Python) takes the GIL from the worker
+LIVE_FPS = 5  # while tokens stream: the bars still move, and a repaint (~6 ms of Python) takes the GIL from the worker
 EMPTY_HINT = "Press Step (Ctrl+→): the next token's\ncandidates appear here as bars.\nClick a bar to force that token."
 REMOVED_COLOR = "#8a8a8a"  # a removed candidate's label: grey on the light and the dark palettes
 
