@@ -15,7 +15,7 @@ from .token_text import REPLACEMENT
 
 FLUSH_MS = 16  # new tokens reach the view in batches, at most ~60 times a second
 TAIL = 1000  # characters of the text before new steps that stepsAppended gives
-LIVE_FLUSH_MS = 33  # ~30 times a second while streaming: the GUI's Python work shares the GIL with the worker
+LIVE_FLUSH_MS = 50  # 20 times a second while streaming: the GUI's Python work shares the GIL with the worker
 
 STOP_TEXT = {"max_new_tokens": "max new tokens"}
 

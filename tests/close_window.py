@@ -4,7 +4,7 @@ process of the machine) just before the window's close(), so the parent measures
 
     python tests/close_window.py CASE [--model smollm2|story] [--threads N | --numpy] [--long]
 
-CASE: idle (after a run, its prompt scored), scoring (as the run ends: the worker then scores the prompt),
+CASE: idle (after a run, its prompt scored), scoring (0.1 s after the run ends: the worker is scoring the prompt),
 reading (as the run begins: its first step reads the prompt), generating (after the first token), expanding, seeds, loading (SmolLM2 being loaded), comparing (a second model loading and reading the
 text), compared (idle, a second model open). The app's settings, data and caches go to a new temporary folder
 (or to $CLOSE_WINDOW_HOME).
@@ -78,8 +78,8 @@ class Driver(QObject):
             controller.worker.stepped.connect(self.close_once)
         elif case == "reading":
             controller.worker.busyChanged.connect(self.close_when_busy)
-        elif case == "scoring":
-            controller.runFinished.connect(self.close_once)
+        elif case == "scoring":  # the worker scores the prompt once the GUI has answered that it waits
+            controller.worker.scoring.promptWaiting.connect(lambda _number: QTimer.singleShot(100, self.close_once))
         elif case == "idle":
             controller.scoring.promptScored.connect(self.close_once)
         else:

@@ -333,3 +333,61 @@ def test_a_prompt_that_cannot_be_scored_says_so_quietly(qtbot, window):
     assert window.message_label.text() == ""
     step(qtbot, window)
     assert strip_of(window).count() == 2
+
+
+def test_a_prompt_is_scored_once_and_a_new_session_on_it_shows_the_same_scores(qtbot, window, story_model):
+    """The worker reads a prompt with the model once (per model and chain): a new session on the same prompt, with
+    another seed, shows the scores again without reading it; another prompt is read."""
+    scoring = window.controller.worker.scoring
+    red_ball = story_model.tokenizer.encode("mia has a red ball.")
+    generated(qtbot, window, seed=3)
+    first = prompt_scored(qtbot, window, red_ball)
+    assert scoring.prompts_scored == 1
+    window.controller.reset()
+    generated(qtbot, window, seed=9)  # a new session on the same prompt
+    again = prompt_scored(qtbot, window, red_ball)  # the strip shows engine.score's values again
+    strip = strip_of(window)
+    assert scoring.prompts_scored == 1 and strip.prompt_perplexity == first.perplexity == again.perplexity
+    assert child(window, QLabel, "perplexityLabel").text().endswith(f" · prompt {first.perplexity:.2f}")
+    type_prompt(qtbot, window, "tom has a big dog.")
+    generate(qtbot, window)
+    prompt_scored(qtbot, window, story_model.tokenizer.encode("tom has a big dog."))
+    assert scoring.prompts_scored == 2
+
+
+def test_a_session_replaced_as_soon_as_its_run_ends_is_not_scored(qtbot, window, story_model):
+    """Story after story (as bench/window_speed.py runs them): the next prompt is sent the moment a run ends, so
+    the worker reads only the prompt that stays, not each one it leaves."""
+    scoring, controller = window.controller.worker.scoring, window.controller
+    prompts = ["tom has a big dog.", "ben has a blue cup."]
+
+    def next_story(_reason):
+        if prompts:
+            controller.window.controls.prompt.setPlainText(prompts.pop(0))
+            controller.generate()
+
+    controller.runFinished.connect(next_story)
+    try:
+        type_prompt(qtbot, window, "mia has a red ball.")
+        generate(qtbot, window)
+        qtbot.waitUntil(lambda: not prompts and not controller.running, timeout=15000)
+    finally:
+        controller.runFinished.disconnect(next_story)
+    prompt_scored(qtbot, window, story_model.tokenizer.encode("ben has a blue cup."))
+    assert scoring.prompts_scored == 1
+
+
+def test_another_model_reads_the_prompt_again(qtbot, window, story_model):
+    """The cached scores are the model's: once another model is in, the same prompt is read by it."""
+    scoring, controller = window.controller.worker.scoring, window.controller
+    red_ball = story_model.tokenizer.encode("mia has a red ball.")
+    generated(qtbot, window)
+    prompt_scored(qtbot, window, red_ball)
+    controller.reset()
+    qtbot.waitUntil(lambda: controller.known.view.steps == 0, timeout=15000)  # the worker has reset: nothing to ask
+    with qtbot.waitSignal(controller.modelChanged, timeout=30000):
+        controller.models.open_model(None)  # the story model again: another model object
+    assert window.model is not story_model
+    generated(qtbot, window)
+    prompt_scored(qtbot, window, red_ball)
+    assert scoring.prompts_scored == 2

@@ -11,6 +11,7 @@ class Scoring(QObject):
     scoreRequested = Signal(str, object)  # to the worker: (a text, the controls' settings)
     textScored = Signal(object)  # for outside observers: the engine.ScoreResult shown
     promptScored = Signal(object)  # for outside observers: the session's prompt scored (None: it could not be)
+    scorePrompt = Signal(int)  # to the worker: score the prompt that waits (its session's number), if it still does
 
     name = "scoring"
 
@@ -21,6 +22,8 @@ class Scoring(QObject):
         self.scoreRequested.connect(host.worker.scoring.score_text)
         host.worker.scoring.scored.connect(self._on_scored)
         host.worker.scoring.promptScored.connect(self._on_prompt_scored)
+        host.worker.scoring.promptWaiting.connect(self.scorePrompt)  # answered after what the GUI sent before
+        self.scorePrompt.connect(host.worker.scoring.score_prompt)
         self.strip.promptClicked.connect(self.prompt_token_clicked)
 
     def score_text(self, text: str) -> None:

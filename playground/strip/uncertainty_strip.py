@@ -4,7 +4,8 @@ the running perplexity of the text (exp of the mean surprisal); and the "least c
 of highest surprisal (or entropy). Hover a point for its token; click it, or a list row, to select that step
 (stepClicked). The widget only draws: the window feeds it the view's steps (set_steps) and marks the
 selected one (mark). The curves are created once and updated in place (setData), at most once a frame
-(as the chart: FRAME_MS, LIVE_FPS while streaming), so 10,000 steps cost a few milliseconds a repaint.
+(LIVE_FPS times a second while a run streams: a history moves slower than the chart's bars), and not while the
+strip is hidden (its dock closed or behind another tab), so 10,000 steps cost a few milliseconds a repaint.
 
 Once the worker has scored the session's prompt (set_prompt), its tokens are drawn in grey on a shaded band
 left of step 1, so the first steps' context shows; they are hovered and clicked (promptClicked) like steps,
@@ -12,18 +13,19 @@ but the "least confident" list and the perplexity of the text keep to the genera
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, Qt, QTimer, Signal
+from PySide6.QtCore import QPointF, Qt, Signal
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QSizePolicy, QToolTip, QVBoxLayout, QWidget
 
-from ..widgets.chart import FRAME_MS, LIVE_FPS
 from ..widgets.flow_layout import FlowLayout
+from ..widgets.frames import Frames
 from . import measures
 from .least_list import LeastConfidentList
 from .measures import RANK_BY
 from .plot_items import COLORS, empty_hint, mark_items, prompt_items, step_curves, strip_plot
 
 SYMBOLS_UP_TO = 150  # with more points than this the curves are drawn without symbols (cheaper, clearer)
+LIVE_FPS = 2  # repaints a second while a run streams: each takes the GIL from the worker for milliseconds
 
 
 class UncertaintyStrip(QWidget):
@@ -95,9 +97,7 @@ class UncertaintyStrip(QWidget):
         # its height instead of clipping the plot; the token view (stretch 1) still takes any spare height
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
 
-        self._timer = QTimer(self, interval=FRAME_MS)
-        self._timer.timeout.connect(self._repaint)
-        self._timer.start()
+        self._frames = Frames(self, self._repaint, LIVE_FPS)
         self.apply_palette()
 
     # --- what to show --------------------------------------------------------------------------------
@@ -208,8 +208,9 @@ class UncertaintyStrip(QWidget):
         return measures.least_confident(self._values[self.rank_by.currentText()][: self._count])
 
     def set_live(self, live: bool) -> None:
-        """While tokens stream, repaint at most LIVE_FPS times a second; otherwise at up to 60."""
-        self._timer.setInterval(1000 // LIVE_FPS if live else FRAME_MS)
+        """While tokens stream, repaint at most LIVE_FPS times a second; otherwise at up to 60 (playground/widgets/
+        frames.py)."""
+        self._frames.set_live(live)
 
     def flush(self) -> None:
         """Repaint now if anything changed (tests call this instead of waiting a frame)."""

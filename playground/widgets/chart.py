@@ -8,10 +8,11 @@ softmax instead, with that token marked, and a note says so. A candidate that a 
 shown) is greyed and says so at its bar ("removed by top-p"); hovering a bar shows its token id, the stage
 that removed it and its probability after every stage. The switch wraps onto more lines for a long chain.
 The bar item and the labels are created once and updated in place; repaints are throttled to at most 60 per
-second however fast steps arrive."""
+second however fast steps arrive (LIVE_FPS while a run streams), and wait while the chart is hidden (its dock
+closed or behind another tab): playground/widgets/frames.py."""
 
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, Qt, QTimer, Signal
+from PySide6.QtCore import QPointF, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QPalette
 from PySide6.QtWidgets import QButtonGroup, QLabel, QRadioButton, QToolTip, QVBoxLayout, QWidget
 
@@ -20,12 +21,12 @@ from engine import STAGE_NAMES, TOP_CANDIDATES
 from . import chart_rows
 from .chart_rows import ONE_TOKEN_NOTE, bar_label, stage_label
 from .flow_layout import FlowLayout
+from .frames import Frames
 
-FRAME_MS = 16  # at most ~60 repaints per second
 LABEL_SPACE = -0.42  # the x range left of 0 that holds the token labels (more in a narrow chart: _fit_labels)
 MAX_LABEL_SHARE = 0.6  # the labels never take more than this share of the plot's width
 RIGHT_EDGE = 1.2  # room right of a full bar for its value ("1.000") in a narrow chart
-LIVE_FPS = 15  # while tokens stream: a person cannot read faster, and painting competes for the GIL
+LIVE_FPS = 5  # while tokens stream: the bars still move, and a repaint (~6 ms of Python) takes the GIL from the worker
 EMPTY_HINT = "Press Step (Ctrl+→): the next token's\ncandidates appear here as bars.\nClick a bar to force that token."
 REMOVED_COLOR = "#8a8a8a"  # a removed candidate's label: grey on the light and the dark palettes
 
@@ -109,10 +110,10 @@ class DistributionChart(QWidget):
         self._title = self.title.text()
         self._dirty = False
         self.repaints = 0  # counted for the throttle's test and bench
-        self._timer = QTimer(self)
-        self._timer.setInterval(FRAME_MS)
-        self._timer.timeout.connect(self._repaint)
-        self._timer.start()
+        self._frames = Frames(self, self._repaint, LIVE_FPS)
+        self._live = False  # a run streams: the labels' room only grows (a new x range moves every item)
+        self._live_labels = 0.0  # the widest labels (px) since the run began
+        self._refit = False  # the run has ended: the title's lines and the labels' room are fitted again
         self.apply_palette()
 
     # --- what to show --------------------------------------------------------------------------------
@@ -248,8 +249,15 @@ class DistributionChart(QWidget):
             return
         self._dirty = False
         self.repaints += 1
+        refit, self._refit = self._refit and not self._live, False
+        if refit:
+            self.title.setMinimumHeight(0)
         if self.title.text() != self._title:
             self.title.setText(self._title)
+            if self._live:  # a shorter title keeps the lines the longest had: the plot is not laid out again
+                self.title.setMinimumHeight(
+                    max(self.title.minimumHeight(), self.title.heightForWidth(self.title.width()))
+                )
         candidates = self._candidates
         tokens = self._bar_texts()
         values, only = self._stage_values(candidates) if candidates is not None else ((), None)
@@ -278,6 +286,8 @@ class DistributionChart(QWidget):
             for row, label in enumerate(self._tokens):
                 label.setText(bar_label(tokens[row]) if row < len(tokens) else "")
             self._drawn_tokens = tokens
+            self._fit_labels()
+        elif refit:
             self._fit_labels()
         removed = chart_rows.removed_now(candidates, self.stage(), only) if candidates is not None else []
         removed += [None] * (TOP_CANDIDATES - len(removed))
@@ -308,6 +318,8 @@ class DistributionChart(QWidget):
         if width <= 0:
             return
         labels = max((label.textItem.boundingRect().width() for label in self._tokens), default=0.0) + 6
+        if self._live:  # narrower labels while streaming keep the room the widest had
+            labels = self._live_labels = max(labels, self._live_labels)
         value = (
             QFontMetrics(self._values[0].textItem.font()).horizontalAdvance("0.999") + 20
         )  # (the item pads its text)
@@ -319,8 +331,14 @@ class DistributionChart(QWidget):
             self.empty_hint.setPos((space + RIGHT_EDGE) / 2, TOP_CANDIDATES / 2 - 2)
 
     def set_live(self, live: bool) -> None:
-        """While tokens stream, repaint at most LIVE_FPS times a second; otherwise at up to 60."""
-        self._timer.setInterval(1000 // LIVE_FPS if live else FRAME_MS)
+        """While tokens stream, repaint at most LIVE_FPS times a second, and the labels' room and the title's lines
+        only grow (a new x range or plot height moves every item, each step); otherwise at up to 60, fitted to what
+        is shown."""
+        self._frames.set_live(live)
+        self._live, self._live_labels = live, 0.0
+        if not live:  # fitted again at the next repaint (with what the run's end shows: one layout, not two)
+            self._refit = True
+            self._mark_dirty()
 
     def _clicked(self, event) -> None:
         if self._candidates is None or event.button() != Qt.MouseButton.LeftButton:
