@@ -45,11 +45,14 @@ def smollm2_2_threads():
 
 
 def test_stop_work_ends_a_llamacpp_decode_in_progress(smollm2_2_threads):
+    from engine.backends.llamacpp.prompt_memo import PromptMemo
+
     model = smollm2_2_threads
     ids = model.tokenizer.encode(" the quick brown fox jumps over the lazy dog." * 90)[:1000]
     started = time.perf_counter()
     whole = model.forward_cached(ids, model.new_cache(), last_only=True)
     whole_s = time.perf_counter() - started  # a whole decode of 1,000 tokens: seconds at 2 threads here
+    model.prompt_memo = PromptMemo()  # forgotten: the same ids would be taken from it, not decoded
     cache, ended = model.new_cache(), {}
 
     def decode():
