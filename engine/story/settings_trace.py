@@ -11,6 +11,7 @@ a context-full example. The test stories are never used here.
 """
 
 import json
+import math
 import multiprocessing
 import os
 import time
@@ -118,9 +119,30 @@ def context_full_example(model, dev) -> dict:
     }  # fmt: skip
 
 
+def trace_workers(cores: int, load: float, most: int = len(SETTINGS)) -> int:
+    """Worker processes for the settings table on `cores` cores carrying `load` runnable processes (the
+    1-minute load average): never more than the idle cores, at least one, at most `most`. A core counts as
+    idle when the load leaves at least half of it free; a worker beside a busy process only takes turns with
+    it (2 workers beside other work were 1.8x slower than one)."""
+    if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
+        raise ValueError(f"cores must be an int >= 1, not {cores!r:.40}")
+    if isinstance(load, bool) or not isinstance(load, (int, float)) or not 0 <= load < math.inf:
+        raise ValueError(f"load must be a number >= 0 (runnable processes), not {load!r:.40}")
+    idle = math.floor(cores - load + 0.5)
+    return max(1, min(idle, most))
+
+
+def machine_workers() -> int:
+    """trace_workers for this process's cores and the machine's load now."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    return trace_workers(cores, load)
+
+
 def settings_trace(model, workers: int | None = None) -> dict:
+    """workers: None chooses them from the machine's idle cores (machine_workers)."""
     _train, dev, _test = stories.split()  # the test stories are never looked at here
-    workers = min(os.cpu_count() or 1, 2) if workers is None else workers
+    workers = machine_workers() if workers is None else workers
     greedy = generate(model, stories.first_sentence(dev[0]))
     return {
         "model": model.name,
