@@ -4,7 +4,8 @@ workers it chooses from the machine's load are never slower than one process).
     python bench/settings_trace_speed.py [--rounds 3]
 
 Prints the best and median wall time of `python -m engine trace`'s work, in one process and with the workers
-it chooses (trace_workers: no more than the idle cores), side by side with the load average at each round,
+it chooses (trace_workers: no more than the idle cores), side by side with the machine's busy cores and load
+average at each round,
 the two interleaved round by round; and the number of steps generated.
 """
 
@@ -14,7 +15,8 @@ import statistics
 import time
 
 import engine
-from engine.story.settings_trace import machine_workers, settings_trace
+from engine.core.load import busy_cores, usable_cores
+from engine.story.settings_trace import settings_trace, trace_workers
 
 
 def timed(model, workers) -> tuple[float, dict]:
@@ -30,12 +32,13 @@ def main():
     model = engine.load_model()
     one, chosen, ratios = [], [], []
     for _ in range(args.rounds):
-        load, workers = os.getloadavg()[0], machine_workers()
+        load, busy = os.getloadavg()[0], busy_cores()
+        workers = trace_workers(usable_cores(), busy)
         seconds_chosen, trace = timed(model, workers)
         seconds_one, single = timed(model, 1)
         assert trace == single, "the trace differs between one worker and several"
         one.append(seconds_one), chosen.append(seconds_chosen), ratios.append(seconds_chosen / seconds_one)
-        print(f"  load {load:.2f}: chose {workers} worker(s) {seconds_chosen:.2f} s, 1 process {seconds_one:.2f} s "
+        print(f"  busy {busy:.1f} cores (load average {load:.2f}): chose {workers} worker(s) {seconds_chosen:.2f} s, 1 process {seconds_one:.2f} s "
               f"({seconds_chosen / seconds_one:.2f}x)")  # fmt: skip
     stories = sum(row["stories"] for row in trace["settings"])
     print(f"settings trace: {len(trace['settings'])} settings x 60 dev stories = {stories} generations + examples")

@@ -1,5 +1,5 @@
-"""The settings trace's workers (issue 30): chosen from the cores the machine's load leaves idle, never more
-than those, at least one; the table is the same whatever their number."""
+"""The settings trace's workers (issue 30): chosen from the cores the machine's other work leaves idle, never
+more than those, at least one; the table is the same whatever their number."""
 
 import pytest
 
@@ -8,7 +8,7 @@ from engine.story.settings_trace import SETTINGS, machine_workers, settings_tabl
 
 
 @pytest.mark.parametrize(
-    ("cores", "load", "workers"),
+    ("cores", "busy", "workers"),
     [
         (2, 0.0, 2),  # a quiet machine: both cores
         (2, 0.3, 2),  # a little background work leaves both mostly free
@@ -20,15 +20,15 @@ from engine.story.settings_trace import SETTINGS, machine_workers, settings_tabl
         (64, 0.0, len(SETTINGS)),  # no more workers than settings to share out
     ],
 )
-def test_the_trace_takes_no_more_workers_than_idle_cores_and_at_least_one(cores, load, workers):
-    assert trace_workers(cores, load) == workers
+def test_the_trace_takes_no_more_workers_than_idle_cores_and_at_least_one(cores, busy, workers):
+    assert trace_workers(cores, busy) == workers
 
 
-@pytest.mark.parametrize(("cores", "load"), [(0, 0.0), (2.0, 0.0), (True, 0.0), (2, -1.0), (2, float("nan")),
+@pytest.mark.parametrize(("cores", "busy"), [(0, 0.0), (2.0, 0.0), (True, 0.0), (2, -1.0), (2, float("nan")),
                                              (2, float("inf")), (2, "1")])  # fmt: skip
-def test_bad_cores_or_load_are_refused(cores, load):
-    with pytest.raises(ValueError, match="cores must be|load must be"):
-        trace_workers(cores, load)
+def test_bad_cores_or_busy_figures_are_refused(cores, busy):
+    with pytest.raises(ValueError, match="cores must be|busy must be"):
+        trace_workers(cores, busy)
 
 
 def test_this_machine_gets_between_one_worker_and_its_cores():

@@ -11,15 +11,14 @@ a context-full example. The test stories are never used here.
 """
 
 import json
-import math
 import multiprocessing
-import os
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 
 from threadpoolctl import threadpool_limits
 
+from engine.core.load import busy_cores, idle_cores, usable_cores
 from engine.core.sampling import next_token_probs
 from engine.core.session import generate
 from engine.story import corpus as stories
@@ -119,24 +118,16 @@ def context_full_example(model, dev) -> dict:
     }  # fmt: skip
 
 
-def trace_workers(cores: int, load: float, most: int = len(SETTINGS)) -> int:
-    """Worker processes for the settings table on `cores` cores carrying `load` runnable processes (the
-    1-minute load average): never more than the idle cores, at least one, at most `most`. A core counts as
-    idle when the load leaves at least half of it free; a worker beside a busy process only takes turns with
-    it (2 workers beside other work were 1.8x slower than one)."""
-    if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
-        raise ValueError(f"cores must be an int >= 1, not {cores!r:.40}")
-    if isinstance(load, bool) or not isinstance(load, (int, float)) or not 0 <= load < math.inf:
-        raise ValueError(f"load must be a number >= 0 (runnable processes), not {load!r:.40}")
-    idle = math.floor(cores - load + 0.5)
-    return max(1, min(idle, most))
+def trace_workers(cores: int, busy: float, most: int = len(SETTINGS)) -> int:
+    """Worker processes for the settings table on `cores` cores while other work keeps `busy` cores' worth
+    busy: never more than the idle cores (engine/core/load.py), at least one, at most `most`. A worker beside
+    a busy process only takes turns with it (2 workers beside other work were 1.8x slower than one)."""
+    return max(1, min(idle_cores(cores, busy), most))
 
 
 def machine_workers() -> int:
-    """trace_workers for this process's cores and the machine's load now."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    return trace_workers(cores, load)
+    """trace_workers for this process's cores and the machine's work now."""
+    return trace_workers(usable_cores(), busy_cores())
 
 
 def settings_trace(model, workers: int | None = None) -> dict:
