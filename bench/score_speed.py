@@ -68,7 +68,7 @@ def side_by_side(threads: int, tokens: int, rounds: int) -> None:
         ratios.append(ours / theirs)
         print(f"  {threads} thread(s), {busy[-1]:.1f} cores busy: engine.score {ours:.2f} s, llama.cpp {theirs:.2f} s "
               f"({ours / theirs:.2f}x)")  # fmt: skip
-    print(f"llama.cpp, {threads} thread(s): engine / llama.cpp {min(ratios):.2f}-{max(ratios):.2f}x "
+    print(f"SmolLM2 on llama.cpp, {threads} thread(s): engine / llama.cpp {min(ratios):.2f}-{max(ratios):.2f}x "
           f"(median {statistics.median(ratios):.2f}; other work {min(busy):.1f}-{max(busy):.1f} cores; goal 1.2x)")  # fmt: skip
     model.close()
 
