@@ -20,7 +20,7 @@ from threadpoolctl import threadpool_limits
 import engine
 import engine.backends.local
 from engine.backends.llamacpp.library import llama
-from engine.core.load import busy_cores
+from engine.core.cpu_load import busy_cores
 
 PARAGRAPH = ("The history of computing is longer than the history of computing hardware and modern computing "
              "technology and includes the history of methods intended for pen and paper or for chalk and slate, "

@@ -12,7 +12,7 @@ import pytest
 import engine
 from engine.backends.llamacpp.cache import threads_for
 from engine.backends.local import score_chunk
-from engine.core.load import busy_cores, idle_cores, usable_cores
+from engine.core.cpu_load import busy_cores, idle_cores, usable_cores
 
 LONG_TEXT = (
     "The history of computing is longer than the history of computing hardware and modern computing technology. " * 40

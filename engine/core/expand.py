@@ -152,7 +152,8 @@ def _level_children(context, settings, expansion: Expansion, frontier, room: int
     whatever order the rows are read in, so the kept children are the same in any order.
 
     Once the heap is full, a parent whose own probability does not beat the heap's least is skipped unread:
-    its children's p * q <= p, a probability q being at most 1. The likeliest parents are read first, to raise that cut early."""
+    its children's p * q <= p, a probability q being at most 1. The likeliest parents are read first, to
+    raise that cut early."""
     kept = []
     read = 0
     for index in _reading_order(frontier, room, per_parent):

@@ -18,7 +18,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 from threadpoolctl import threadpool_limits
 
-from engine.core.load import busy_cores, idle_cores, usable_cores
+from engine.core.cpu_load import busy_cores, idle_cores, usable_cores
 from engine.core.sampling import next_token_probs
 from engine.core.session import generate
 from engine.story import corpus as stories
@@ -120,7 +120,7 @@ def context_full_example(model, dev) -> dict:
 
 def trace_workers(cores: int, busy: float, most: int = len(SETTINGS)) -> int:
     """Worker processes for the settings table on `cores` cores while other work keeps `busy` cores' worth
-    busy: never more than the idle cores (engine/core/load.py), at least one, at most `most`. A worker beside
+    busy: never more than the idle cores (engine/core/cpu_load.py), at least one, at most `most`. A worker beside
     a busy process only takes turns with it (2 workers beside other work were 1.8x slower than one)."""
     return max(1, min(idle_cores(cores, busy), most))
 

@@ -12,7 +12,7 @@ import weakref
 import numpy as np
 
 from engine.backends.llamacpp import library
-from engine.core.load import idle_cores_now
+from engine.core.cpu_load import idle_cores_now
 
 MAX_BATCH = 512  # tokens per llama_decode call (a longer feed is decoded in chunks)
 FIRST_POSITIONS = 1024  # a session's context at first (it doubles as its text grows)

@@ -32,8 +32,9 @@ def usable_cores() -> int:
 
 
 def busy_cores(window: float = WINDOW) -> float:
-    """Cores' worth of work the machine did over the next `window` seconds (this process asleep), or the
-    1-minute load average where /proc/stat cannot be read."""
+    """Cores' worth of work the machine did over the next `window` seconds (this thread asleep; the whole
+    machine's CPUs, also those outside this process's affinity), or the 1-minute load average where
+    /proc/stat cannot be read."""
     try:
         first = _cpu_times()
         time.sleep(window)
