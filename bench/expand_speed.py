@@ -5,7 +5,11 @@ the chain, with the tokens it fed the model against what computing each node fro
 Prefixes are reused: the nodes of a level are visited in the tree's order, so the next node shares all but
 its last token or two with the cache; the cache is truncated to the shared prefix and only the rest is fed.
 
-    python bench/expand_speed.py [--rounds 3] [--no-llamacpp]
+Then issue 30's goal, cost per node flat as the tree grows: SmolLM2's ms per node (and rows read, tokens
+fed per node) at 100 / 1,000 / 5,000 nodes (top 3 children, raw model, deep enough that the budget cuts
+the last level), the sizes interleaved round by round.
+
+    python bench/expand_speed.py [--rounds 3] [--scaling-rounds 2] [--no-llamacpp]
 """
 
 import argparse
@@ -15,6 +19,8 @@ from threadpoolctl import threadpool_limits
 
 import engine
 
+SCALING = (100, 1_000, 5_000)  # nodes
+SCALING_PROMPT = "The old lighthouse keeper opened the door and"
 CASES = (  # (model, prompt, nodes, top_k, depth)
     ("story", "mia has a red ball. ", 500, 3, 8),
     ("smollm2", "The old lighthouse keeper opened the door and", 100, 3, 6),
@@ -50,9 +56,26 @@ def measure(model, prompt: str, nodes: int, top_k: int, depth: int, rounds: int,
     return times, result, fed[0], from_prompt, fed[1]  # fed[1]: the nodes whose row was read
 
 
+def scaling(model, rounds: int) -> None:
+    """ms per node at each of SCALING's sizes, the sizes interleaved round by round; rows read and tokens
+    fed are the same every round."""
+    times, counts = {nodes: [] for nodes in SCALING}, {}
+    for _ in range(rounds):
+        for nodes in SCALING:
+            seconds, result, fed, _naive, reads = measure(model, SCALING_PROMPT, nodes, 3, 10, 1, {})
+            times[nodes].append(seconds[0] * 1000 / len(result.nodes))
+            counts[nodes] = (reads / len(result.nodes), fed / len(result.nodes), result.levels)
+    print("\n| SmolLM2 nodes | ms per node | rows read per node | tokens fed per node | levels |")
+    print("|---|---|---|---|---|")
+    for nodes in SCALING:
+        per_node, (reads, fed, levels) = times[nodes], counts[nodes]
+        print(f"| {nodes:,} | {min(per_node):.1f}-{max(per_node):.1f} | {reads:.2f} | {fed:.2f} | {levels} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--scaling-rounds", type=int, default=2)
     parser.add_argument("--no-llamacpp", action="store_true")
     args = parser.parse_args()
     print(
@@ -75,8 +98,10 @@ def main() -> None:
                 times, result, fed, naive, reads = measure(model, prompt, nodes, top_k, depth, args.rounds, settings)
                 print(f"| {name} | {mode} | {len(result.nodes)} ({reads} read) | {result.levels} | "
                       f"{min(times):.2f}-{max(times):.2f} | {goal:g} | {fed} | {naive} |")  # fmt: skip
+            if name == "smollm2" and args.scaling_rounds > 0:
+                scaling(model, args.scaling_rounds)
         model.close()
-    print(f"command: python bench/expand_speed.py --rounds {args.rounds}")
+    print(f"command: python bench/expand_speed.py --rounds {args.rounds} --scaling-rounds {args.scaling_rounds}")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,17 @@ from engine.core.settings import Settings
 from engine.core.steps import Candidates, Step, StepMaker
 from engine.core.timing import ForwardTiming
 
-SCORE_CHUNK = 128  # positions per forward pass when a text is scored
+SCORE_CHUNK = 128  # the fewest positions per forward pass when a text is scored
+MAX_SCORE_CHUNK = 512  # the most (llama.cpp's batch)
+SCORE_BYTES = 128 * 2**20  # the rows one scoring pass may hold: 512 of SmolLM2's 49,152 scores (96 MiB)
+
+
+def score_chunk(vocab_size: int) -> int:
+    """Positions per forward pass when a text is scored: as many rows as SCORE_BYTES holds, from SCORE_CHUNK
+    to MAX_SCORE_CHUNK (SmolLM2: 512; Gemma 3's 262,144 scores: 128). Few, large passes: each is one
+    llama_decode whose threads wait for each other at every operation, and beside other work 128-row passes
+    at 2 threads took up to 3.8x llama.cpp's one batch of the text."""
+    return max(SCORE_CHUNK, min(MAX_SCORE_CHUNK, SCORE_BYTES // (4 * vocab_size)))
 
 
 @dataclass
@@ -108,18 +118,20 @@ class LocalContext:
         return [step for steps, _rows in self.score_chunks(ids, settings) for step in steps]
 
     def score_chunks(self, ids, settings):  # -> iterator of ([c] steps, [c, V] rows)
-        """Teacher forcing from an empty cache, SCORE_CHUNK positions per forward pass: the records of
+        """Teacher forcing from an empty cache, score_chunk positions per forward pass: the records of
         ids[1:], each read after the ids before it, with the rows they were read from (rows[i]: the
         distribution of the chunk's i-th token). No row is kept (1,000 positions of Gemma 3's 262,144
         scores would be 1 GB); engine.compare reads two models' rows side by side."""
         maker = self._maker_for(settings)
-        if hasattr(self.cache, "size_for"):  # llama.cpp: a context as large as the text, made much sooner
+        if hasattr(self.cache, "size_for"):  # llama.cpp: a context as large as the text, made much sooner,
             self.cache.size_for(len(ids))
+            self.cache.use_idle_threads()  # and no more threads than the machine has idle cores
         self.truncate(0)
         text_ids = np.asarray(ids, dtype=np.int64)  # each step's history is a view of it
+        chunk = score_chunk(self.model.vocab_size)
         try:
-            for start in range(0, len(ids) - 1, SCORE_CHUNK):
-                stop = min(len(ids) - 1, start + SCORE_CHUNK)
+            for start in range(0, len(ids) - 1, chunk):
+                stop = min(len(ids) - 1, start + chunk)
                 rows = self._forward(list(ids[start:stop]))  # [c, V]
                 steps = [maker.make(row, ids[i + 1], "forced", maker.distributions(row, self._given(text_ids[: i + 1], settings)))
                          for i, row in enumerate(rows, start=start)]  # fmt: skip

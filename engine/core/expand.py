@@ -17,6 +17,7 @@ the expansion with the levels it finished, so replay makes the very same nodes.
 """
 
 import heapq
+import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
@@ -105,37 +106,27 @@ def expand(context, model, ids: list[int], start: int, settings, expansion: Expa
     whose end was cut): children keep to them as a step would, raw ones too, and advance(bytes, token id) says
     what is left after a child (None: spelled). The context's cache ends truncated to len(ids)."""
     frontier = [(start, list(ids), 1.0, healing)]  # (node, its ids, its sequence's probability, its healing)
-    held = list(ids)  # what the cache holds
+    held = [list(ids)]  # what the cache holds (boxed: each level's reading moves it)
     reached, leaves = [], {}
     expected = _expected(expansion)
-    levels = 0
+    levels, per_parent = 0, float(expansion.top_k or 1)  # children a parent gives (coverage: the last level's)
+
+    def made(kept: int):
+        if progress is not None:
+            progress(len(reached) + kept, expected)
+
     try:
         for _level in range(expansion.depth):
             room = expansion.budget - len(reached)
-            kept = []  # a min-heap of the level's likeliest: ((sequence probability, -order), parent, ids, token, step)
-            order = 0
-            for parent, path, p, spelling in frontier:
-                if cancelled is not None and cancelled():
-                    return _result(reached, leaves, levels, True)
-                common = shared_prefix(held, path)
-                context.truncate(common)
-                dists = context.distributions(path, settings, None, spelling)
-                held = path
-                ids_of_row, row = _weighed(dists, expansion.raw)
-                for token_id, q in children(
-                    ids_of_row, row, expansion.top_k, min(room, MAX_CHILDREN), expansion.coverage
-                ):
-                    key = (p * q, -order)  # ties: the one made first
-                    order += 1
-                    if len(kept) == room and key <= kept[0][0]:
-                        continue  # it would not be kept: no record is made for it
-                    (step,) = context.alternatives(path, settings, [token_id], dists, spelling)
-                    entry = (key, parent, path, token_id, step, spelling)
-                    (heapq.heappush if len(kept) < room else heapq.heapreplace)(kept, entry)
-                if progress is not None:
-                    progress(len(reached) + len(kept), expected)
+            kept, read = _level_children(
+                context, settings, expansion, frontier, room, per_parent, held, cancelled, made
+            )
+            if kept is None:
+                return _result(reached, leaves, levels, True)
+            if expansion.top_k is None:
+                per_parent = max(1.0, len(kept) / max(read, 1))
             frontier = []
-            for key, parent, path, token_id, step, spelling in sorted(kept, key=lambda e: -e[0][1]):
+            for key, parent, path, token_id, step, spelling in sorted(kept, key=lambda e: (-e[0][1], -e[0][2])):
                 node = add(parent, step, spelling)
                 reached.append(node)
                 leaves[node] = key[0]
@@ -151,6 +142,55 @@ def expand(context, model, ids: list[int], start: int, settings, expansion: Expa
     finally:
         context.truncate(len(ids))
     return _result(reached, leaves, levels, False)
+
+
+def _level_children(context, settings, expansion: Expansion, frontier, room: int, per_parent: float, held: list,
+                    cancelled, made: Callable) -> tuple[list | None, int]:  # fmt: skip
+    """The level's likeliest `room` children as a heap of (key, parent, ids, token, step, healing), and the
+    parents whose rows were read; (None, read) when cancelled. A child's key is (sequence probability,
+    -parent's index, -its rank among the parent's children): ties go to the one the tree's order makes first,
+    whatever order the rows are read in, so the kept children are the same in any order.
+
+    Once the heap is full, a parent whose own probability does not beat the heap's least is skipped unread:
+    its children's p * q <= p, a probability q being at most 1. The likeliest parents are read first, to
+    raise that cut early."""
+    kept = []
+    read = 0
+    for index in _reading_order(frontier, room, per_parent):
+        if cancelled is not None and cancelled():
+            return None, read
+        parent, path, p, spelling = frontier[index]
+        if len(kept) == room and (p, -index) < kept[0][0][:2]:
+            continue  # no child of it can be kept: its row is not read
+        context.truncate(shared_prefix(held[0], path))
+        dists = context.distributions(path, settings, None, spelling)
+        held[0] = path
+        read += 1
+        ids_of_row, row = _weighed(dists, expansion.raw)
+        for rank, (token_id, q) in enumerate(
+            children(ids_of_row, row, expansion.top_k, min(room, MAX_CHILDREN), expansion.coverage)
+        ):
+            key = (p * q, -index, -rank)
+            if len(kept) == room and key <= kept[0][0]:
+                continue  # it would not be kept: no record is made for it
+            (step,) = context.alternatives(path, settings, [token_id], dists, spelling)
+            entry = (key, parent, path, token_id, step, spelling)
+            (heapq.heappush if len(kept) < room else heapq.heapreplace)(kept, entry)
+        made(len(kept))
+    return kept, read
+
+
+def _reading_order(frontier, room: int, per_parent: float) -> list[int]:
+    """The order the level's rows are read in: first the likeliest parents, twice as many as would fill the
+    room with children (per_parent each), then the others; each pass in the tree's order, where the next
+    node shares all but its last token or two with the cache. (Reading by probability alone would feed
+    the cache 3x the tokens; the tree's order alone raises the cut late, on a level the budget cuts.)"""
+    first = math.ceil(2 * room / per_parent)
+    if first >= len(frontier):
+        return list(range(len(frontier)))
+    likeliest = sorted(heapq.nlargest(first, range(len(frontier)), key=lambda i: frontier[i][2]))
+    chosen = set(likeliest)
+    return likeliest + [i for i in range(len(frontier)) if i not in chosen]
 
 
 def _weighed(dists, raw: bool):  # -> ([n] token ids, [n] probabilities) a node's children are chosen from

@@ -12,13 +12,13 @@ a context-full example. The test stories are never used here.
 
 import json
 import multiprocessing
-import os
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 
 from threadpoolctl import threadpool_limits
 
+from engine.core.cpu_load import busy_cores, idle_cores, usable_cores
 from engine.core.sampling import next_token_probs
 from engine.core.session import generate
 from engine.story import corpus as stories
@@ -118,9 +118,22 @@ def context_full_example(model, dev) -> dict:
     }  # fmt: skip
 
 
+def trace_workers(cores: int, busy: float, most: int = len(SETTINGS)) -> int:
+    """Worker processes for the settings table on `cores` cores while other work keeps `busy` cores' worth
+    busy: never more than the idle cores (engine/core/cpu_load.py), at least one, at most `most`. A worker beside
+    a busy process only takes turns with it (2 workers beside other work were 1.8x slower than one)."""
+    return max(1, min(idle_cores(cores, busy), most))
+
+
+def machine_workers() -> int:
+    """trace_workers for this process's cores and the machine's work now."""
+    return trace_workers(usable_cores(), busy_cores())
+
+
 def settings_trace(model, workers: int | None = None) -> dict:
+    """workers: None chooses them from the machine's idle cores (machine_workers)."""
     _train, dev, _test = stories.split()  # the test stories are never looked at here
-    workers = min(os.cpu_count() or 1, 2) if workers is None else workers
+    workers = machine_workers() if workers is None else workers
     greedy = generate(model, stories.first_sentence(dev[0]))
     return {
         "model": model.name,

@@ -12,9 +12,15 @@ import weakref
 import numpy as np
 
 from engine.backends.llamacpp import library
+from engine.core.cpu_load import idle_cores_now
 
 MAX_BATCH = 512  # tokens per llama_decode call (a longer feed is decoded in chunks)
 FIRST_POSITIONS = 1024  # a session's context at first (it doubles as its text grows)
+
+
+def threads_for(threads: int, idle: int) -> int:
+    """The threads a pass computes with: those asked for, at most the idle cores, at least one."""
+    return max(1, min(threads, idle))
 
 
 class LlamaCppCache:
@@ -27,6 +33,7 @@ class LlamaCppCache:
         self.positions = min(FIRST_POSITIONS, model.context_length)
         self.batch_size = min(MAX_BATCH, self.positions)
         self.length = 0
+        self.threads = model.threads  # llama.cpp's threads for this context (use_idle_threads: fewer when busy)
         self.head_scales = None  # [layers, heads] (Session.steer_heads): the context runs inside.HeadScaler
         self._scaler = None  # the callback of a context made with head_scales (referenced while it lives)
         self.ctx = self.batch = self.memory = None  # made by opened()
@@ -42,6 +49,14 @@ class LlamaCppCache:
         if self.ctx is None:
             self.positions = max(1, min(positions, self.model.context_length))
             self.batch_size = min(MAX_BATCH, self.positions)
+
+    def use_idle_threads(self) -> None:
+        """From now on this context computes with the model's threads, at most the cores the rest of the machine
+        leaves idle now, at least one (a text to score: 2 threads beside other work lost 4-13x, threads.py)."""
+        if self.model.threads > 1:
+            self.threads = threads_for(self.model.threads, idle_cores_now())
+            if self.ctx is not None:
+                self.model.llama.llama_set_n_threads(self.ctx, self.threads, self.threads)
 
     def grow(self, needed: int) -> None:
         """Room for `needed` positions (at most the model's context): a context not made yet is made that large;
@@ -70,7 +85,7 @@ class LlamaCppCache:
         params.n_ctx = self.positions
         params.n_batch = params.n_ubatch = self.batch_size
         params.n_seq_max = 1
-        params.n_threads = params.n_threads_batch = model.threads
+        params.n_threads = params.n_threads_batch = self.threads
         params.no_perf = True
         if self.head_scales is not None:  # heads scaled: the attention weights as a tensor, then the callback
             from engine.backends.llamacpp.inside import HeadScaler, ggml
