@@ -102,6 +102,7 @@ def _wake(waiter: asyncio.Future) -> None:
 
 QUICK = 0.002  # s per step: a model quicker than this steps on the loop itself
 FRAME = 1 / 60  # s: the steps the loop runs in one frame go out as one event (no client shows more frames)
+FRAME_STEPS = 32  # at most, in one frame (what a client that went away may not have been sent)
 
 
 def stepper_for(run, pace: float | None):
@@ -115,9 +116,9 @@ def stepper_for(run, pace: float | None):
 
 
 class InlineStepper:
-    """Stepper's interface, run.step() called on the event loop itself, the loop's other work (other clients,
-    a disconnect) done between two steps; a frame's steps (up to FRAME, at most AHEAD) are handed out
-    together, so that waiting() has them."""
+    """Stepper's interface, run.step() called on the event loop itself, a frame's steps at a time (up to FRAME,
+    at most FRAME_STEPS), the loop's other work (other clients, a disconnect) done between two frames; a
+    frame's steps are handed out together, so that waiting() has them."""
 
     def __init__(self, run):
         self.run = run
@@ -144,10 +145,14 @@ class InlineStepper:
 
     async def _frame(self) -> None:
         started = time.perf_counter()
-        while not self._ended and len(self._held) < AHEAD and (not self._held or time.perf_counter() - started < FRAME):
+        while (
+            not self._ended
+            and len(self._held) < FRAME_STEPS
+            and (not self._held or time.perf_counter() - started < FRAME)
+        ):
             piece = self.run.step()
             if piece is None:
                 self._ended = True
             else:
                 self._held.append(piece)
-            await asyncio.sleep(0)  # the loop's turn
+        await asyncio.sleep(0)  # the loop's turn between two frames: other clients, a disconnect
