@@ -13,14 +13,14 @@ import time
 WINDOW = 0.1  # seconds /proc/stat is watched
 
 
-def idle_cores(cores: int, busy: float) -> int:
+def idle_cores(cores: int, busy: float, free_share: float = 0.5) -> int:
     """The cores of `cores` that `busy` cores' worth of other work leaves idle (a core counts when at least
-    half of it is free), at least 0. ValueError for a count of cores below 1 or a busy figure not >= 0."""
+    free_share of it is free), at least 0. ValueError for a count of cores below 1 or a busy figure not >= 0."""
     if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
         raise ValueError(f"cores must be an int >= 1, not {cores!r:.40}")
     if isinstance(busy, bool) or not isinstance(busy, (int, float)) or not 0 <= busy < math.inf:
         raise ValueError(f"busy must be a number of cores >= 0, not {busy!r:.40}")
-    return max(0, math.floor(cores - busy + 0.5))
+    return max(0, math.floor(cores - busy + 1 - free_share))
 
 
 def usable_cores() -> int:

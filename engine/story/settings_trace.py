@@ -120,9 +120,11 @@ def context_full_example(model, dev) -> dict:
 
 def trace_workers(cores: int, busy: float, most: int = len(SETTINGS)) -> int:
     """Worker processes for the settings table on `cores` cores while other work keeps `busy` cores' worth
-    busy: never more than the idle cores (engine/core/cpu_load.py), at least one, at most `most`. A worker beside
-    a busy process only takes turns with it (2 workers beside other work were 1.8x slower than one)."""
-    return max(1, min(idle_cores(cores, busy), most))
+    busy: at least one, at most `most`, one per core that is at least a tenth free (engine/core/cpu_load.py).
+    The workers do not spin (one BLAS thread each), so a core the other work only partly uses still gives a
+    worker its turns: beside 0.6-0.7 busy cores 2 workers took 2.1 s, one 3.7-4.0 s (bench/settings_trace_speed.py);
+    a core the other work fills gives none (issue 30 measured 2 workers 1.8x slower than one beside other work)."""
+    return max(1, min(idle_cores(cores, busy, free_share=0.1), most))
 
 
 def machine_workers() -> int:
