@@ -2,10 +2,10 @@
 given the same tokens takes its memory and scores instead of reading them again (llama-server's cache_prompt:
 a server's requests, a window's runs again and the settings trace's sessions repeat a prompt).
 
-Only a whole prompt read the same way is taken: the same ids, the same rows asked for, nothing steered (no
-head scaled, no control vector). Its memory is llama.cpp's own sequence state put back (LlamaCppCache.put_back:
-the same cells, so the next tokens' numbers are the same, bit for bit), and its rows are the ones that read
-returned. A prompt that shares only a beginning is read again in full: its first chunk read alone would not
+Only a whole prompt read for generation is kept (its last position's row: a text scored reads every row, up to
+hundreds of MB, and is not kept), and only the same ids read with nothing steered (no head scaled, no control
+vector) take it. Its memory is llama.cpp's own sequence state put back (LlamaCppCache.put_back: the same cells,
+so the next tokens' numbers are the same, bit for bit), and its row is the one that read returned. A prompt that shares only a beginning is read again in full: its first chunk read alone would not
 give the same numbers as its whole read in one batch.
 """
 
@@ -13,33 +13,33 @@ import threading
 
 import numpy as np
 
-MAX_BYTES = 64 << 20  # memory and scores kept for one prompt at most (a 1,000-token SmolLM2 prompt: ~23 MB)
+MAX_BYTES = 64 << 20  # the memory kept for one prompt at most (a 1,000-token SmolLM2 prompt's: ~23 MB)
 
 
 class PromptMemo:
     def __init__(self):
         self._lock = threading.Lock()  # a model may serve several threads' sessions (settings trace workers)
-        self._kept = None  # (ids as bytes, last_only, the sequence state (length, data), the rows)
+        self._kept = None  # (ids as bytes, the sequence state (length, data), the last position's row)
         self.taken = 0  # prompts taken from here instead of read (what the tests count)
 
     def recall(self, ids: np.ndarray, last_only: bool, cache) -> np.ndarray | None:
-        """The rows of reading ids into the empty cache, its memory now holding them; None: not kept."""
+        """The last row of reading ids into the empty cache, its memory now holding them; None: not kept."""
         kept = self._kept
-        if kept is None or not _plain(cache) or kept[1] != last_only or kept[0] != _key(ids):
+        if kept is None or not last_only or not _plain(cache) or kept[0] != _key(ids):
             return None
-        cache.put_back(kept[2])
+        cache.put_back(kept[1])
         with self._lock:
             self.taken += 1
-        return kept[3].copy()
+        return kept[2].copy()
 
     def remember(self, ids: np.ndarray, last_only: bool, cache, rows: np.ndarray) -> None:
-        """Keep what reading ids into the empty cache left (its memory and rows), if it is small enough."""
-        if len(ids) < 2 or not _plain(cache) or rows.nbytes > MAX_BYTES:
+        """Keep what reading ids into the empty cache for their last row left (its memory and that row), if its
+        memory is small enough."""
+        if len(ids) < 2 or not last_only or not _plain(cache):
             return
-        llama = cache.model.llama
-        if llama.llama_state_seq_get_size(cache.opened(), 0) + rows.nbytes > MAX_BYTES:
+        if cache.model.llama.llama_state_seq_get_size(cache.opened(), 0) + rows.nbytes > MAX_BYTES:
             return
-        kept = (_key(ids), last_only, cache.keep_aside(0), rows.copy())
+        kept = (_key(ids), cache.keep_aside(0), rows.copy())
         with self._lock:
             self._kept = kept
 
