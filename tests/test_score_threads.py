@@ -2,6 +2,7 @@
 cores the rest of the machine leaves idle (2 threads beside other work lost up to 3.8x against llama.cpp's own
 evaluation), at least one, with the same scores; its passes are as large as 128 MiB of rows allows."""
 
+import os
 import subprocess
 import sys
 import time
@@ -12,7 +13,7 @@ import pytest
 import engine
 from engine.backends.llamacpp.cache import threads_for
 from engine.backends.local import score_chunk
-from engine.core.cpu_load import busy_cores, idle_cores, usable_cores
+from engine.core.cpu_load import OtherWork, _cpu_times, busy_cores, idle_cores, usable_cores
 
 LONG_TEXT = (
     "The history of computing is longer than the history of computing hardware and modern computing technology. " * 40
@@ -53,6 +54,42 @@ def test_a_core_is_idle_when_the_other_work_leaves_at_least_half_of_it(cores, bu
 
 def test_the_machines_busy_cores_count_spinning_processes(every_core_busy):
     assert busy_cores() >= usable_cores() - 0.5
+
+
+def test_the_other_work_is_read_while_this_process_sleeps_or_computes_without_counting_this_process(every_core_busy):
+    meter = OtherWork()
+    time.sleep(0.5)  # the spinning children have every core
+    assert meter.cores() >= usable_cores() - 0.5
+    before, own_before, wall_before = _cpu_times(), time.process_time(), time.perf_counter()
+    while time.perf_counter() < wall_before + 0.5:  # this process takes its share of a core from them
+        pass
+    after, own = _cpu_times(), (time.process_time() - own_before) / (time.perf_counter() - wall_before)
+    machine = (os.cpu_count() or 1) * ((after[0] - before[0]) - (after[1] - before[1])) / (after[0] - before[0])
+    assert own > 0.2
+    assert meter.cores() <= machine - own / 2  # the machine's busy cores less this process's own (give or take)
+
+
+def test_a_scoring_pass_takes_the_threads_the_last_pass_left_idle(smollm2_two_threads):
+    """The load arrives while a long text is scored: the next pass computes with one thread, the same scores."""
+    model = smollm2_two_threads
+    ids = model.tokenizer.encode(LONG_TEXT)[:600]
+    assert score_chunk(model.vocab_size) < len(ids) - 1  # two passes
+    context = model.open_context()
+    passes = context.score_chunks(ids, engine.Settings())
+    first, _rows = next(passes)
+    spin = "import time\nend = time.time() + 30\nwhile time.time() < end: pass"
+    children = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(usable_cores())]
+    try:
+        time.sleep(3.0)  # the other work outweighs the first pass in what the meter read
+        second, _rows = next(passes)
+        assert context.cache.threads == 1
+        passes.close()
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
+    alone = model.open_context().score(ids, engine.Settings())
+    assert [step.to_dict() for step in first + second] == [step.to_dict() for step in alone]
 
 
 def test_a_busy_machine_scores_with_one_thread_and_the_same_scores(smollm2_two_threads, smollm2_llamacpp,

@@ -14,6 +14,7 @@ import numpy as np
 
 from engine.core import penalties
 from engine.core.contract import Capabilities
+from engine.core.cpu_load import OtherWork
 from engine.core.healing import healer_for
 from engine.core.sampling import ChainInput
 from engine.core.settings import Settings
@@ -123,14 +124,18 @@ class LocalContext:
         distribution of the chunk's i-th token). No row is kept (1,000 positions of Gemma 3's 262,144
         scores would be 1 GB); engine.compare reads two models' rows side by side."""
         maker = self._maker_for(settings)
-        if hasattr(self.cache, "size_for"):  # llama.cpp: a context as large as the text, made much sooner,
+        llama_cpp = hasattr(self.cache, "size_for")
+        if llama_cpp:  # a context as large as the text, made much sooner,
             self.cache.size_for(len(ids))
-            self.cache.use_idle_threads()  # and no more threads than the machine has idle cores
+            self.cache.use_idle_threads()  # and no more threads than the machine has idle cores now
+            other_work = OtherWork()  # and again before each pass after the first: the load comes and goes
         self.truncate(0)
         text_ids = np.asarray(ids, dtype=np.int64)  # each step's history is a view of it
         chunk = score_chunk(self.model.vocab_size)
         try:
             for start in range(0, len(ids) - 1, chunk):
+                if llama_cpp and start:
+                    self.cache.use_idle_threads(other_work.cores())
                 stop = min(len(ids) - 1, start + chunk)
                 rows = self._forward(list(ids[start:stop]))  # [c, V]
                 steps = [maker.make(row, ids[i + 1], "forced", maker.distributions(row, self._given(text_ids[: i + 1], settings)))

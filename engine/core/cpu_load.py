@@ -50,6 +50,34 @@ def idle_cores_now() -> int:
     return idle_cores(usable_cores(), busy_cores())
 
 
+class OtherWork:
+    """The rest of the machine's work between readings taken while this process computes (a scoring pass's
+    threads), with no sleep: the machine's busy time less this process's own CPU time, over the wall time
+    between readings. The first reading covers the time since the meter was made. Where /proc/stat cannot
+    be read, the 1-minute load average stands in."""
+
+    def __init__(self):
+        self._mark = _work_mark()
+
+    def cores(self) -> float:
+        """Cores' worth of other work since the last reading (or since the meter was made), at least 0."""
+        mark = _work_mark()
+        then, self._mark = self._mark, mark
+        if mark is None or then is None or mark[0] <= then[0]:
+            return os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+        wall, machine, own = (now - before for now, before in zip(mark, then, strict=True))
+        return max(0.0, (machine - own) / wall)
+
+
+def _work_mark() -> tuple[float, float, float] | None:
+    """(wall seconds, the machine's busy CPU seconds, this process's CPU seconds), or None without /proc/stat."""
+    try:
+        total, idle = _cpu_times()
+    except (OSError, ValueError, IndexError):
+        return None
+    return time.monotonic(), (total - idle) / os.sysconf("SC_CLK_TCK"), time.process_time()
+
+
 def _cpu_times() -> tuple[int, int]:
     """(all ticks, idle and iowait ticks) of /proc/stat's line for the whole machine."""
     with open("/proc/stat", encoding="ascii") as stat:

@@ -12,7 +12,7 @@ import weakref
 import numpy as np
 
 from engine.backends.llamacpp import library
-from engine.core.cpu_load import idle_cores_now
+from engine.core.cpu_load import idle_cores, idle_cores_now, usable_cores
 
 MAX_BATCH = 512  # tokens per llama_decode call (a longer feed is decoded in chunks)
 FIRST_POSITIONS = 1024  # a session's context at first (it doubles as its text grows)
@@ -50,11 +50,13 @@ class LlamaCppCache:
             self.positions = max(1, min(positions, self.model.context_length))
             self.batch_size = min(MAX_BATCH, self.positions)
 
-    def use_idle_threads(self) -> None:
+    def use_idle_threads(self, other_work: float | None = None) -> None:
         """From now on this context computes with the model's threads, at most the cores the rest of the machine
-        leaves idle now, at least one (a text to score: 2 threads beside other work lost 4-13x, threads.py)."""
+        leaves idle (a text to score: 2 threads beside other work lost 4-13x, threads.py), at least one.
+        other_work: the cores' worth of other work measured over the last pass; None: measured now."""
         if self.model.threads > 1:
-            self.threads = threads_for(self.model.threads, idle_cores_now())
+            idle = idle_cores_now() if other_work is None else idle_cores(usable_cores(), other_work)
+            self.threads = threads_for(self.model.threads, idle)
             if self.ctx is not None:
                 self.model.llama.llama_set_n_threads(self.ctx, self.threads, self.threads)
 
