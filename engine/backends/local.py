@@ -9,17 +9,19 @@ text is fed only when the next position's scores are needed.
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
 from engine.core import penalties
 from engine.core.contract import Capabilities
 from engine.core.healing import healer_for
-from engine.core.sampling import ChainInput
+from engine.core.sampling import NO_INPUT, ChainInput
 from engine.core.settings import Settings
 from engine.core.steps import Candidates, Step, StepMaker
 from engine.core.timing import ForwardTiming
 
+NO_HISTORY = NO_INPUT.history  # what the chain is given where no stage reads the text's ids (penalties, DRY)
 SCORE_CHUNK = 128  # the fewest positions per forward pass when a text is scored
 MAX_SCORE_CHUNK = 512  # the most (llama.cpp's batch)
 SCORE_BYTES = 128 * 2**20  # the rows one scoring pass may hold: 512 of SmolLM2's 49,152 scores (96 MiB)
@@ -49,7 +51,7 @@ class LocalContext:
         self.model = model
         self.cache = model.new_cache()
         self._rows: dict[int, np.ndarray] = {}  # position -> the scores a token at that position was chosen from
-        self._texts: dict[int, str] = {}  # token id -> text, decoded once (shared by every StepMaker)
+        self._texts = model.token_texts  # token id -> text, decoded once per model (shared by every StepMaker)
         self._maker = StepMaker(model.tokenizer, Settings(), self._texts)
         self._dry: dict[tuple[str, ...], object] = {}  # DRY's breakers per set of breaker strings
         self._grammar: GrammarState | None = None
@@ -226,7 +228,8 @@ class LocalContext:
         grammar = (
             None if settings.grammar is None or prefix is not None else self._grammar_allowed(ids, settings.grammar)
         )
-        return ChainInput(np.asarray(ids, dtype=np.int64), xtc_draw, breakers, healing, grammar)
+        history = np.asarray(ids, dtype=np.int64) if breakers is not None or settings.active("penalties") else NO_HISTORY
+        return ChainInput(history, xtc_draw, breakers, healing, grammar)
 
     def _grammar_allowed(self, ids, text: str) -> np.ndarray | None:
         """The tokens the grammar allows at position len(ids): it constrains the text from the position where
@@ -294,8 +297,8 @@ class LocalContext:
             started = time.perf_counter()
             rows = self.model.forward_cached(token_ids, self.cache, last_only=last_only, **steer)
             self.timing.add(len(token_ids), time.perf_counter() - started)
-            finite = np.isfinite(rows).all(axis=-1)
-            if not finite.all():
+            if not np.isfinite(rows).all():
+                finite = np.isfinite(rows).all(axis=-1)
                 position = start + (int(np.argmin(finite)) if not last_only else len(token_ids) - 1)
                 raise ValueError(
                     f"the model produced non-finite scores (NaN or inf) at position {position}: "
@@ -335,6 +338,12 @@ class LocalBackend:
     end_reason = "end of text"
     source = ""  # the file it came from; "" for the built-in model
     work_stopped = False  # stop_work(): every forward pass is refused, until stop_work(False)
+
+    @cached_property
+    def token_texts(self) -> dict[int, str]:
+        """Each token's text, decoded once for all of this model's contexts (a session's first steps then
+        decode nothing)."""
+        return {}
 
     def stop_work(self, stopped: bool = True) -> None:
         """Thread-safe, for closing an app whose worker thread may be busy with this model: while stopped, every
