@@ -228,7 +228,8 @@ class LocalContext:
         grammar = (
             None if settings.grammar is None or prefix is not None else self._grammar_allowed(ids, settings.grammar)
         )
-        history = np.asarray(ids, dtype=np.int64) if breakers is not None or settings.active("penalties") else NO_HISTORY
+        reads_ids = breakers is not None or settings.active("penalties")  # else the ids' array is not needed
+        history = np.asarray(ids, dtype=np.int64) if reads_ids else NO_HISTORY
         return ChainInput(history, xtc_draw, breakers, healing, grammar)
 
     def _grammar_allowed(self, ids, text: str) -> np.ndarray | None:
