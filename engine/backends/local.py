@@ -21,7 +21,6 @@ from engine.core.settings import Settings
 from engine.core.steps import Candidates, Step, StepMaker
 from engine.core.timing import ForwardTiming
 
-NO_HISTORY = NO_INPUT.history  # what the chain is given where no stage reads the text's ids (penalties, DRY)
 SCORE_CHUNK = 128  # the fewest positions per forward pass when a text is scored
 MAX_SCORE_CHUNK = 512  # the most (llama.cpp's batch)
 SCORE_BYTES = 128 * 2**20  # the rows one scoring pass may hold: 512 of SmolLM2's 49,152 scores (96 MiB)
@@ -228,9 +227,11 @@ class LocalContext:
         grammar = (
             None if settings.grammar is None or prefix is not None else self._grammar_allowed(ids, settings.grammar)
         )
-        reads_ids = breakers is not None or settings.active("penalties")  # else the ids' array is not needed
-        history = np.asarray(ids, dtype=np.int64) if reads_ids else NO_HISTORY
-        return ChainInput(history, xtc_draw, breakers, healing, grammar)
+        if breakers is None and not settings.active("penalties"):  # no stage reads the ids
+            if xtc_draw is None and healing is None and grammar is None:
+                return NO_INPUT
+            return ChainInput(NO_INPUT.history, xtc_draw, breakers, healing, grammar)
+        return ChainInput(np.asarray(ids, dtype=np.int64), xtc_draw, breakers, healing, grammar)
 
     def _grammar_allowed(self, ids, text: str) -> np.ndarray | None:
         """The tokens the grammar allows at position len(ids): it constrains the text from the position where
