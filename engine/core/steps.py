@@ -1,5 +1,6 @@
 """What one generation step records: the chosen token and the distribution it came from, at every stage."""
 
+import math
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -137,7 +138,8 @@ def stage_records(rows: dict, top) -> tuple[tuple, tuple]:
     stages, row_before = [], None
     for name, row in rows.items():
         if row is not row_before:  # a stage that changed nothing gave the row it was given: read it once
-            gone = (row.logits_at(top) == -np.inf).nonzero()[0].tolist()
+            scores = row.logits_at(top).tolist()
+            gone = [i for i, x in enumerate(scores) if x == -math.inf] if -math.inf in scores else ()
             probs, row_before = tuple(row.probs_at(top).tolist()), row
         for index in gone:
             removed.setdefault(index, name)
