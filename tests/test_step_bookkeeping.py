@@ -4,9 +4,12 @@ exactness tests, the hypothesis test of step records (test_ranking.py) and the t
 
 from dataclasses import fields
 
+import numpy as np
+
 import engine
 from engine import Session
 from engine.core.steps import Distributions
+from engine.story.model import forward
 
 
 def test_a_second_session_on_the_same_model_decodes_no_token_text_again(monkeypatch):
@@ -31,3 +34,14 @@ def test_a_steps_records_filled_at_once_hold_every_field_as_the_dataclasses_own_
             assert vars(record) == vars(made) and record == made
     dists = session._context.distributions(session.ids, session.settings)
     assert set(vars(dists)) == {f.name for f in fields(Distributions)}
+
+
+def test_a_one_token_pass_gives_the_bits_of_the_forward_with_the_models_own_parameters(story_model):
+    """forward_cached feeds one token with its gains and biases as [1, n] views (no broadcast): the same bits."""
+    ids = story_model.tokenizer.encode("mia has a red ball. mia goes to the park. at the park, mia")
+    fast, plain = story_model.new_cache(), story_model.new_cache()
+    story_model.forward_cached(ids[:3], fast)
+    forward(story_model.params, story_model.config, np.asarray(ids[:3]), plain)
+    for token in ids[3:]:
+        one = story_model.forward_cached([token], fast)
+        assert one.tobytes() == forward(story_model.params, story_model.config, np.asarray([token]), plain).tobytes()
