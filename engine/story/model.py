@@ -122,9 +122,9 @@ def split_heads(x, n_heads):  # [..., T, d] -> [..., H, T, d/H]
 
 
 def split_qkv(qkv, n_heads):  # [..., T, 3d] -> q, k, v, each [..., H, T, d/H]: split_heads of each third, views
-    *lead, t, three_d = qkv.shape
-    parts = qkv.reshape(*lead, t, 3, n_heads, three_d // (3 * n_heads))
-    return tuple(parts[..., i, :, :].swapaxes(-2, -3) for i in range(3))
+    parts = qkv.reshape(qkv.shape[:-1] + (3, n_heads, -1))  # [..., T, 3, H, dh]
+    return (parts[..., 0, :, :].swapaxes(-2, -3), parts[..., 1, :, :].swapaxes(-2, -3),
+            parts[..., 2, :, :].swapaxes(-2, -3))  # fmt: skip
 
 
 def merge_heads(x):  # [..., H, T, dh] -> [..., T, H*dh]
