@@ -2,8 +2,10 @@
 tokens (one forward over k positions) against k single forced steps; rewind.
 
     python bench/steering_speed.py
+    python bench/steering_speed.py --only plain     # one row of the step table, nothing else
 """
 
+import argparse
 import statistics
 import time
 
@@ -66,15 +68,28 @@ def rewind_times(model, prompt, rounds=200):
     return results
 
 
+STEP_ROWS = {  # --only's choices: the step table's rows
+    "plain": ("plain", {}),
+    "forced": ("every step forced", {"force": True}),
+    "rules": ("with 3 rules (one fires)", {"rules": [COLOR_RULE, *IDLE_RULES]}),
+}
+
+
 def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=STEP_ROWS, help="time only this row of the step table")
+    only = parser.parse_args().only
     model = engine.load_model()
     _train, dev, _test = stories.split()
     prompts = [stories.first_sentence(s) for s in dev]
     print("median time per step (60 dev stories, T 1.0)")
-    for name, kwargs in (("plain", {}), ("every step forced", {"force": True}),
-                         ("with 3 rules (one fires)", {"rules": [COLOR_RULE, *IDLE_RULES]})):  # fmt: skip
-        times = step_times(model, prompts, **kwargs)
-        print(f"  {name:26s} {statistics.median(times) * 1e6:7.0f} us  ({len(times)} steps)")
+    for key, (name, kwargs) in STEP_ROWS.items():
+        if only in (None, key):
+            times = step_times(model, prompts, **kwargs)
+            print(f"  {name:26s} {statistics.median(times) * 1e6:7.0f} us  ({len(times)} steps)")
+    if only:
+        print(f"command: python bench/steering_speed.py --only {only}")
+        return
     k, batched, single = insert_versus_steps(
         model, prompts[0], " mia goes to the park. at the park, mia gives the ball"
     )

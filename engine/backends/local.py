@@ -9,6 +9,7 @@ text is fed only when the next position's scores are needed.
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -16,7 +17,7 @@ from engine.core import penalties
 from engine.core.contract import Capabilities
 from engine.core.cpu_load import OtherWork
 from engine.core.healing import healer_for
-from engine.core.sampling import ChainInput
+from engine.core.sampling import NO_INPUT, ChainInput
 from engine.core.settings import Settings
 from engine.core.steps import Candidates, Step, StepMaker
 from engine.core.timing import ForwardTiming
@@ -50,7 +51,7 @@ class LocalContext:
         self.model = model
         self.cache = model.new_cache()
         self._rows: dict[int, np.ndarray] = {}  # position -> the scores a token at that position was chosen from
-        self._texts: dict[int, str] = {}  # token id -> text, decoded once (shared by every StepMaker)
+        self._texts = model.token_texts  # token id -> text, decoded once per model (shared by every StepMaker)
         self._maker = StepMaker(model.tokenizer, Settings(), self._texts)
         self._dry: dict[tuple[str, ...], object] = {}  # DRY's breakers per set of breaker strings
         self._grammar: GrammarState | None = None
@@ -231,6 +232,10 @@ class LocalContext:
         grammar = (
             None if settings.grammar is None or prefix is not None else self._grammar_allowed(ids, settings.grammar)
         )
+        if breakers is None and not settings.active("penalties"):  # no stage reads the ids
+            if xtc_draw is None and healing is None and grammar is None:
+                return NO_INPUT
+            return ChainInput(NO_INPUT.history, xtc_draw, breakers, healing, grammar)
         return ChainInput(np.asarray(ids, dtype=np.int64), xtc_draw, breakers, healing, grammar)
 
     def _grammar_allowed(self, ids, text: str) -> np.ndarray | None:
@@ -299,8 +304,8 @@ class LocalContext:
             started = time.perf_counter()
             rows = self.model.forward_cached(token_ids, self.cache, last_only=last_only, **steer)
             self.timing.add(len(token_ids), time.perf_counter() - started)
-            finite = np.isfinite(rows).all(axis=-1)
-            if not finite.all():
+            if not np.isfinite(rows).all():
+                finite = np.isfinite(rows).all(axis=-1)
                 position = start + (int(np.argmin(finite)) if not last_only else len(token_ids) - 1)
                 raise ValueError(
                     f"the model produced non-finite scores (NaN or inf) at position {position}: "
@@ -340,6 +345,12 @@ class LocalBackend:
     end_reason = "end of text"
     source = ""  # the file it came from; "" for the built-in model
     work_stopped = False  # stop_work(): every forward pass is refused, until stop_work(False)
+
+    @cached_property
+    def token_texts(self) -> dict[int, str]:
+        """Each token's text, decoded once for all of this model's contexts (a session's first steps then
+        decode nothing)."""
+        return {}
 
     def stop_work(self, stopped: bool = True) -> None:
         """Thread-safe, for closing an app whose worker thread may be busy with this model: while stopped, every

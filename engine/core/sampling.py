@@ -103,6 +103,11 @@ class Row:
         at, inside = self.positions(token_ids)
         return np.where(inside, self.probs[at], np.float32(0))
 
+    def probability(self, token_id: int) -> float:  # 0: not in the row
+        if self.ids is None:
+            return float(self.probs[token_id])
+        return float(self.probs_at([token_id])[0])
+
     def logits_at(self, token_ids) -> np.ndarray:  # [m] ids -> [m] scores (-inf: not in the row)
         if self.ids is None:
             return self.logits[np.asarray(token_ids)]
@@ -125,11 +130,13 @@ class Row:
 
     def draw(self, u: float) -> int:
         """The token a uniform number u in [0, 1) draws (see `draw`)."""
-        return int(self.token_ids()[draw(self.probs, u)])
+        at = draw(self.probs, u)
+        return at if self.ids is None else int(self.ids[at])
 
     def best(self) -> int:
         """The most likely token (the lowest id among ties): what greedy decoding takes."""
-        return int(self.token_ids()[int(np.argmax(self.probs))])
+        at = int(self.probs.argmax())
+        return at if self.ids is None else int(self.ids[at])
 
 
 @dataclass(frozen=True)
@@ -322,8 +329,8 @@ def next_token_probs(scores, temperature, top_k=None, top_p=None, min_p=None):
 
 def draw(probs, u: float) -> int:
     """The token whose cumulative-probability interval holds u in [0, 1), in token-id order."""
-    cumulative = np.cumsum(probs)
-    index = int(np.searchsorted(cumulative, u, side="right"))
+    cumulative = np.asarray(probs).cumsum()  # methods: numpy's function wrappers cost as much on a short row
+    index = int(cumulative.searchsorted(u, side="right"))
     if index >= len(probs) or probs[index] == 0:  # u beyond the rounded total: the last possible token
         index = int(np.flatnonzero(probs)[-1])
     return index

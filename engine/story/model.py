@@ -11,6 +11,7 @@ Parameters are a plain dict of float32 arrays named as in the checkpoint:
     lnf.g/.b [d]  head.w [d, vocab]  head.b [vocab]
 """
 
+import functools
 import math
 from dataclasses import asdict, dataclass
 
@@ -70,22 +71,37 @@ def init_params(config: Config, rng: np.random.Generator) -> dict[str, np.ndarra
     return params
 
 
+# A decode step's rows are short (d 128), so numpy's cost per call is most of each operation's: the sums and
+# maxima without ndarray's Python wrappers, and constants as 0-d float32 arrays (the same float32 arithmetic:
+# numpy rounds a Python float to the array's float32 either way; a Python float costs ~0.4 us more a call).
+_sum = np.add.reduce
+_max = np.maximum.reduce
+
+
+@functools.cache
+def _f32(value: float) -> np.ndarray:  # a 0-d float32 array (never written to)
+    return np.array(value, dtype=np.float32)
+
+
+_EPS, _GELU_CUBE, _GELU_C, _ONE, _HALF = (_f32(v) for v in (LAYER_NORM_EPS, GELU_C * 0.044715, GELU_C, 1.0, 0.5))
+
+
 def layer_norm(x, g, b):  # [..., d] -> [..., d]
-    inv_d = 1.0 / x.shape[-1]  # sums times 1/d: ndarray.mean costs 4x more per call on one row
-    centered = x - x.sum(axis=-1, keepdims=True) * inv_d
-    var = (centered * centered).sum(axis=-1, keepdims=True) * inv_d
-    return centered / np.sqrt(var + LAYER_NORM_EPS) * g + b
+    inv_d = _f32(1.0 / x.shape[-1])  # sums times 1/d: ndarray.mean costs 4x more per call on one row
+    centered = x - _sum(x, axis=-1, keepdims=True) * inv_d
+    var = _sum(centered * centered, axis=-1, keepdims=True) * inv_d
+    return centered / np.sqrt(var + _EPS) * g + b
 
 
 def gelu(x):  # [...] -> [...], the tanh approximation GPT-2 uses: 0.5 x (1 + tanh(c (x + 0.044715 x^3)))
     y = x * x  # computed in place: this is the costliest elementwise step of training
-    y *= GELU_C * 0.044715
-    y += GELU_C
+    y *= _GELU_CUBE
+    y += _GELU_C
     y *= x
     np.tanh(y, out=y)
-    y += 1.0
+    y += _ONE
     y *= x
-    y *= 0.5
+    y *= _HALF
     return y
 
 
@@ -96,13 +112,19 @@ def linear(x, w, b):  # [..., i] @ [i, o] + [o] -> [..., o], as one matrix produ
 
 
 def softmax(x, axis=-1):  # [..., n] -> [..., n]
-    e = np.exp(x - x.max(axis=axis, keepdims=True))
-    return e / e.sum(axis=axis, keepdims=True)
+    e = np.exp(x - _max(x, axis=axis, keepdims=True))
+    return e / _sum(e, axis=axis, keepdims=True)
 
 
 def split_heads(x, n_heads):  # [..., T, d] -> [..., H, T, d/H]
     *lead, t, d = x.shape
     return x.reshape(*lead, t, n_heads, d // n_heads).swapaxes(-2, -3)
+
+
+def split_qkv(qkv, n_heads):  # [..., T, 3d] -> q, k, v, each [..., H, T, d/H]: split_heads of each third, views
+    parts = qkv.reshape(qkv.shape[:-1] + (3, n_heads, -1))  # [..., T, 3, H, dh]
+    return (parts[..., 0, :, :].swapaxes(-2, -3), parts[..., 1, :, :].swapaxes(-2, -3),
+            parts[..., 2, :, :].swapaxes(-2, -3))  # fmt: skip
 
 
 def merge_heads(x):  # [..., H, T, dh] -> [..., T, H*dh]
@@ -113,7 +135,7 @@ def merge_heads(x):  # [..., H, T, dh] -> [..., T, H*dh]
 def causal_attention_weights(q, k):  # [..., H, Tq, dh], [..., H, Tk, dh] -> [..., H, Tq, Tk]
     """Softmax attention of the queries, which are the last Tq of the Tk positions, over earlier keys."""
     t_q, t_k = q.shape[-2], k.shape[-2]
-    scores = (q @ k.swapaxes(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
+    scores = (q @ k.swapaxes(-1, -2)) * _f32(1.0 / math.sqrt(q.shape[-1]))
     if t_q > 1:  # a single new query is the last position and may see every key
         future = np.triu(np.ones((t_q, t_k), dtype=bool), k=t_k - t_q + 1)  # key after the query
         scores[..., future] = -np.inf
@@ -166,8 +188,7 @@ def forward(params, config: Config, ids, cache: KVCache | None = None, acts: dic
     x = params["wte"][ids] + params["wpe"][start : start + t]  # [..., T, d]
     h = layer_norm(x, params["ln1.g"], params["ln1.b"])
     qkv = linear(h, params["attn.w_qkv"], params["attn.b_qkv"])  # [..., T, 3d]
-    d = config.d_model
-    q, k, v = (split_heads(qkv[..., i : i + d], config.n_heads) for i in (0, d, 2 * d))  # [..., H, T, dh]
+    q, k, v = split_qkv(qkv, config.n_heads)  # [..., H, T, dh]
     if cache is not None:
         k, v = cache.append(k, v)  # [H, start + T, dh]
     weights = causal_attention_weights(q, k)  # [..., H, T, start + T]
@@ -205,6 +226,9 @@ class StoryModel(LocalBackend):
 
     def __init__(self, params, config: Config, tokenizer, name: str = "story model", weights_sha256: str = ""):
         self.params = params
+        # the vectors (gains, biases) as [1, n] views, for a pass over one token: numpy adds and multiplies arrays
+        # of one shape at half the cost of a broadcast ([1, d] by [d]), with the same float32 results
+        self._row_params = {name: p[None] if p.ndim == 1 else p for name, p in params.items()}
         self.config = config
         self.tokenizer = tokenizer
         self.name = name
@@ -252,8 +276,9 @@ class StoryModel(LocalBackend):
         head_scales: [layers, heads], each head's output scaled (Session.steer_heads); residual_add: [1, d]
         added to the stream after the block (Session.steer_vector)."""
         ids = self._checked_ids(ids, already=cache.length)
+        params = self._row_params if len(ids) == 1 else self.params
         with one_blas_thread():
-            scores = forward(self.params, self.config, ids, cache, head_scales=head_scales, residual_add=residual_add)
+            scores = forward(params, self.config, ids, cache, head_scales=head_scales, residual_add=residual_add)
         return scores[-1:] if last_only else scores
 
     def _checked_ids(self, ids, already: int) -> np.ndarray:
