@@ -14,7 +14,7 @@ Two windows at once: the second finds the marker locked (autosave.py), does not 
 
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QElapsedTimer, QObject, QTimer, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton
 
 import engine
@@ -23,6 +23,8 @@ from .autosave import TAKEN, UNCLEAN, RunningMarker, saved_sessions, sessions_di
 from .saver import AutosaveWriter, SessionSaver
 
 WRITE_WAIT_S = 1.0  # on close, the last autosave is finished within this (a write cut short keeps the last file)
+QUIET_MS = 250  # a save waits until the worker has been idle this long: runs back to back are saved once, not each
+LONGEST_WAIT_MS = 2000  # ...but a session is never left unsaved longer than this while runs keep coming
 
 
 class RecoveryBanner(QFrame):
@@ -59,6 +61,10 @@ class Recovery(QObject):
         self.marker = RunningMarker()
         self.writer: AutosaveWriter | None = None
         self._pending: tuple[str, dict] | None = None  # ("load" | "replay", the trace) while a restore goes on
+        self._idle = True  # the worker's last published view was not generating
+        self._save_timer = QTimer(self, singleShot=True)  # a save wanted: made once the worker is quiet
+        self._save_timer.timeout.connect(self._save_when_idle)
+        self._wanted_since = QElapsedTimer()  # since the oldest save wanted and not yet made
         self._failures: set[str] = set()
         try:
             found = self.marker.claim()
@@ -87,9 +93,28 @@ class Recovery(QObject):
         controller.message.connect(self._message)
 
     def _on_changed(self, view) -> None:
-        """The worker published its session: once it is idle (after a run or a command), autosave it."""
-        if not view.generating and view.prompt is not None:
-            self.saveWanted.emit(self.window_state())
+        """The worker published its session: once it is idle (after a run or a command), autosave it, when it has
+        been quiet for QUIET_MS (or LONGEST_WAIT_MS after the oldest change not saved yet)."""
+        self._idle = not view.generating
+        if self._idle and view.prompt is not None:
+            self._want_save()
+
+    def _want_save(self) -> None:
+        if not self._save_timer.isActive():
+            self._wanted_since.start()
+        waited = self._wanted_since.elapsed()
+        if waited >= LONGEST_WAIT_MS:
+            self._save_now()
+        else:
+            self._save_timer.start(min(QUIET_MS, LONGEST_WAIT_MS - waited))
+
+    def _save_when_idle(self) -> None:
+        if self._idle:  # else the run going on is saved when it ends
+            self._save_now()
+
+    def _save_now(self) -> None:
+        self._save_timer.stop()
+        self.saveWanted.emit(self.window_state())
 
     def window_state(self) -> dict:
         """What the window shows besides the session: the controls' settings and the prompt as typed."""
@@ -104,7 +129,11 @@ class Recovery(QObject):
 
     def close(self) -> None:
         """A clean close (the worker has stopped): the last autosave is finished and the marker emptied, so the
-        next start offers nothing. Safe to call twice."""
+        next start offers nothing. A save still waiting for a quiet moment is made now: the worker's thread has
+        ended (unless a native call held it: then its session is not read from here). Safe to call twice."""
+        if self._save_timer.isActive() and not self.controller.threads.thread.isRunning():
+            self._save_timer.stop()
+            self.saver.save(self.window_state())
         if self.writer is not None:
             self.writer.close(WRITE_WAIT_S)
             self.writer = None
