@@ -103,6 +103,20 @@ def test_runs_back_to_back_are_saved_once_when_the_worker_is_quiet(qtbot, window
     assert trace["prompt"] == STORY_STARTS[-1] and trace["text"] == window.token_view.whole_text()
 
 
+def test_runs_that_keep_coming_are_still_saved_every_longest_wait(qtbot, window, monkeypatch):
+    """Runs back to back, each longer than the quiet moment a save waits for (here 1 ms): a save asked for as the
+    next run starts is not made (the worker saves between runs only), so the change stays owed and is saved at a
+    run's end once it waited LONGEST_WAIT_MS (here 30 ms), not put off again run after run."""
+    from playground.recovery import recovery
+
+    monkeypatch.setattr(recovery, "QUIET_MS", 1)
+    monkeypatch.setattr(recovery, "LONGEST_WAIT_MS", 30)
+    window.controls.temperature.setValue(1.0)
+    writer = window.controller.recovery.writer
+    runs_back_to_back(qtbot, window, STORY_STARTS * 8)  # 40 runs: ~0.4-0.8 s
+    assert writer.submitted >= 3  # before: 0 or 1 (the quiet moment after the last run)
+
+
 def test_closing_right_after_a_run_saves_that_run(qtbot, story_model, prefs, data_dir):
     """A save still waiting for a quiet moment is made when the window closes: the last run is never lost."""
     from conftest import shown_window

@@ -64,7 +64,8 @@ class Recovery(QObject):
         self._idle = True  # the worker's last published view was not generating
         self._save_timer = QTimer(self, singleShot=True)  # a save wanted: made once the worker is quiet
         self._save_timer.timeout.connect(self._save_when_idle)
-        self._wanted_since = QElapsedTimer()  # since the oldest save wanted and not yet made
+        self._wanted_since = QElapsedTimer()  # since the oldest change not saved yet
+        self._owed_from: int | None = None  # the writer's count of traces then (a save made since: it grows)
         self._failures: set[str] = set()
         try:
             found = self.marker.claim()
@@ -96,11 +97,12 @@ class Recovery(QObject):
         """The worker published its session: once it is idle (after a run or a command), autosave it, when it has
         been quiet for QUIET_MS (or LONGEST_WAIT_MS after the oldest change not saved yet)."""
         self._idle = not view.generating
-        if self._idle and view.prompt is not None:
+        if self._idle and view.prompt is not None and self.writer is not None:  # (not once closed)
             self._want_save()
 
     def _want_save(self) -> None:
-        if not self._save_timer.isActive():
+        if self._owed_from != self.writer.submitted:  # nothing owed, or saved since: the wait starts now
+            self._owed_from = self.writer.submitted  # (a save asked for as a run starts is not made: still owed)
             self._wanted_since.start()
         waited = self._wanted_since.elapsed()
         if waited >= LONGEST_WAIT_MS:
@@ -129,10 +131,12 @@ class Recovery(QObject):
 
     def close(self) -> None:
         """A clean close (the worker has stopped): the last autosave is finished and the marker emptied, so the
-        next start offers nothing. A save still waiting for a quiet moment is made now: the worker's thread has
-        ended (unless a native call held it: then its session is not read from here). Safe to call twice."""
-        if self._save_timer.isActive() and not self.controller.threads.thread.isRunning():
-            self._save_timer.stop()
+        next start offers nothing. What was not saved yet (a save waiting for a quiet moment) is saved now: the
+        worker's thread has ended (unless a native call held it: then its session is not read from here). Safe to
+        call twice."""
+        self._save_timer.stop()
+        owed = self.writer is not None and self._owed_from == self.writer.submitted  # a change not saved since
+        if owed and not self.controller.threads.thread.isRunning():
             self.saver.save(self.window_state())
         if self.writer is not None:
             self.writer.close(WRITE_WAIT_S)
