@@ -425,3 +425,17 @@ def test_the_settings_read_follow_every_change_of_the_panel(qtbot, window):
     assert controls.settings()["heal"] is True
     panel.heal.setEnabled(False)  # no signal: read each time
     assert controls.settings()["heal"] is False
+
+
+def test_runs_back_to_back_read_the_panels_fields_only_after_a_change(qtbot, window):
+    """The window asks for the settings several times a run (the prompt check, the request, the autosave): the
+    panel's fields (a dozen spin boxes, the order list) are read again only after one of them changed."""
+    from test_window_autosave import STORY_STARTS, runs_back_to_back
+
+    stages = order_list(window)
+    reads, order = [], stages.order
+    stages.order = lambda: reads.append(1) or order()
+    runs_back_to_back(qtbot, window, STORY_STARTS)
+    assert reads == []  # before: 20 reads for 5 runs
+    spin(window, "repeat_penalty").setValue(1.2)
+    assert window.controls.settings()["repeat_penalty"] == 1.2 and len(reads) == 1
