@@ -360,9 +360,10 @@ class Controller(QObject):
         self.status(text, error=True)
 
     def status(self, text: str, error: bool = False) -> None:
-        label = self.window.message_label
-        label.setText(text)
-        label.setStyleSheet("color: #e74c3c;" if error else "")
+        label, style = self.window.message_label, "color: #e74c3c;" if error else ""
+        if label.text() != text or label.styleSheet() != style:  # (a style sheet set again restyles the label)
+            label.setText(text)
+            label.setStyleSheet(style)
 
     def shutdown(self) -> None:
         """Stop the worker cleanly; safe to call twice."""

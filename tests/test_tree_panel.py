@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QTreeWidgetItem
+from PySide6.QtWidgets import QTreeWidgetItem, QWidget
 
 from engine.core.seeds import SeedNode, SeedRun
 from engine.core.steps import Candidates, Step
@@ -348,6 +348,39 @@ operations = st.lists(st.tuples(st.sampled_from(["add", "add", "add", "walk", "m
                                 st.integers(0, 10_000), st.booleans()), max_size=60)  # fmt: skip
 
 
+def tree_update(views: dict[int, NodeView], path: list[int], kind: str, pick: int, flag: bool):
+    """One operation on the tree: (the nodes to send, the path after it); views is updated."""
+    alive = [n for n, v in views.items() if not v.deleted]
+    sent = []
+    if kind == "add":  # mostly under one of the last few nodes (runs grow, and branch near their end)
+        nodes, back = [0, *alive], pick % 7
+        parent = nodes[-1 - back % len(nodes) if back < 6 else pick % len(nodes)]
+        node = len(views) + 1
+        sent.append(NodeView(node, parent, "abcdefgh"[pick % 8], 0.1 + (pick % 9) / 10, "model", expanded=flag))
+    elif kind == "walk" and alive:  # a goto walks every node of the branch (flag: one node flips instead)
+        node = alive[pick % len(alive)]
+        if flag:
+            sent.append(NodeView(**{**views[node].__dict__, "expanded": not views[node].expanded}))
+        else:
+            path = branch(views, node)
+            sent += [NodeView(**{**views[n].__dict__, "expanded": False}) for n in path if views[n].expanded]
+    elif kind == "mark" and alive:
+        node = alive[pick % len(alive)]
+        sent.append(NodeView(**{**views[node].__dict__, "pinned": flag, "name": "n" * (pick % 3)}))
+    elif kind == "delete" and alive and pick % 4 == 0:
+        node = alive[pick % len(alive)]
+        gone = [node]
+        for n, v in views.items():  # children come after their parents
+            if v.parent in gone and not v.deleted:
+                gone.append(n)
+        sent += [NodeView(**{**views[n].__dict__, "deleted": True}) for n in gone]
+    elif kind == "path" and alive:
+        path = branch(views, alive[pick % len(alive)])
+    for view in sent:
+        views[view.id] = view
+    return sent, [n for n in path if not views[n].deleted]
+
+
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(operations)
 def test_an_incremental_update_ends_where_a_rebuild_does(qapp, ops):
@@ -355,35 +388,7 @@ def test_an_incremental_update_ends_where_a_rebuild_does(qapp, ops):
     views: dict[int, NodeView] = {}
     path: list[int] = []
     for kind, pick, flag in ops:
-        alive = [n for n, v in views.items() if not v.deleted]
-        sent = []
-        if kind == "add":  # mostly under one of the last few nodes (runs grow, and branch near their end)
-            nodes, back = [0, *alive], pick % 7
-            parent = nodes[-1 - back % len(nodes) if back < 6 else pick % len(nodes)]
-            node = len(views) + 1
-            sent.append(NodeView(node, parent, "abcdefgh"[pick % 8], 0.1 + (pick % 9) / 10, "model", expanded=flag))
-        elif kind == "walk" and alive:  # a goto walks every node of the branch (flag: one node flips instead)
-            node = alive[pick % len(alive)]
-            if flag:
-                sent.append(NodeView(**{**views[node].__dict__, "expanded": not views[node].expanded}))
-            else:
-                path = branch(views, node)
-                sent += [NodeView(**{**views[n].__dict__, "expanded": False}) for n in path if views[n].expanded]
-        elif kind == "mark" and alive:
-            node = alive[pick % len(alive)]
-            sent.append(NodeView(**{**views[node].__dict__, "pinned": flag, "name": "n" * (pick % 3)}))
-        elif kind == "delete" and alive and pick % 4 == 0:
-            node = alive[pick % len(alive)]
-            gone = [node]
-            for n, v in views.items():  # children come after their parents
-                if v.parent in gone and not v.deleted:
-                    gone.append(n)
-            sent += [NodeView(**{**views[n].__dict__, "deleted": True}) for n in gone]
-        elif kind == "path" and alive:
-            path = branch(views, alive[pick % len(alive)])
-        for view in sent:
-            views[view.id] = view
-        path = [n for n in path if not views[n].deleted]
+        sent, path = tree_update(views, path, kind, pick, flag)
         live.update_tree(False, sent, path)
     fresh = TreePanel()
     fresh.update_tree(True, list(views.values()), path)
@@ -399,6 +404,76 @@ def test_an_incremental_update_ends_where_a_rebuild_does(qapp, ops):
             assert row.data(0, Qt.ItemDataRole.UserRole) == live.run_of(n)[-1]
     for panel in (live, fresh):
         panel.deleteLater()
+
+
+def looks(panel: TreePanel) -> list[tuple]:
+    """Every row as a person sees it: depth, text, bold, italic, open (with rows under it), current."""
+    found, pending, current = [], [(panel.tree.topLevelItem(0), 0)], panel.tree.currentItem()
+    while pending:
+        item, depth = pending.pop()
+        found.append((depth, item.text(0), item.font(0).bold(), item.font(0).italic(),
+                      item.isExpanded() and item.childCount() > 0, item is current))  # fmt: skip
+        pending.extend((item.child(i), depth + 1) for i in reversed(range(item.childCount())))
+    return found
+
+
+seen_operations = st.lists(st.tuples(st.sampled_from(["add", "add", "add", "walk", "mark", "delete", "path", "hide",
+                                                      "show", "close", "open", "current"]),
+                                     st.integers(0, 10_000), st.booleans()), max_size=60)  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seen_operations)
+def test_a_hidden_tab_builds_its_rows_when_shown_as_the_updates_would_have(qtbot, ops):
+    """Behind another tab the panel builds no rows (runs back to back paid for rows nobody saw); once shown, its
+    rows are those a panel updated all along shows: the same texts, bold, italic, open rows and current row, the
+    rows a person closed still closed."""
+    live, window = TreePanel(), QWidget()
+    hidden = TreePanel(window)  # in a shown window, hidden (as a dock's tab behind another)
+    for panel in (live, window):
+        qtbot.addWidget(panel)
+        panel.show()
+    views: dict[int, NodeView] = {}
+    path: list[int] = []
+    for kind, pick, flag in ops:
+        if kind in ("hide", "show"):
+            hidden.setVisible(kind == "show")
+        elif kind in ("close", "open", "current"):  # what a person does to the rows they see
+            alive = [n for n, v in views.items() if not v.deleted]
+            if hidden.isVisible() and alive:
+                for panel in (live, hidden):
+                    row = panel.row_of(alive[pick % len(alive)])
+                    row.setExpanded(kind == "open") if kind != "current" else panel.tree.setCurrentItem(row)
+        elif not (kind == "walk" and flag):  # (a node turns visited only as the path walks into it)
+            sent, path = tree_update(views, path, kind, pick, flag)
+            for panel in (live, hidden):
+                panel.update_tree(False, sent, path)
+            assert hidden.summary.text() == live.summary.text() and hidden.nodes == live.nodes
+    hidden.show()
+    assert looks(hidden) == looks(live)
+
+
+def test_a_hidden_tab_keeps_its_nodes_and_summary_and_builds_no_rows_until_shown(qtbot):
+    window = QWidget()
+    qtbot.addWidget(window)
+    panel = TreePanel(window)
+    window.show()
+    panel.hide()
+    panel.update_tree(True, chain(1, 0, "abcdef"), [1, 2, 3, 4, 5, 6])
+    panel.update_tree(False, chain(7, 3, "xy"), [1, 2, 3, 7, 8])
+    assert len(panel.nodes) == 9 and panel.path == [1, 2, 3, 7, 8]
+    assert panel.summary.text() == "8 tokens in 2 branches"
+    assert panel.tree.topLevelItem(0).childCount() == 0  # before: every row made as the nodes came
+    panel.show()
+    assert texts(panel) == ["(prompt)", "0.50  abc", "0.50  def  ⟶ p 1.6e-02", "0.50  xy  ⟶ p 3.1e-02"]
+    assert [bold for _depth, _text, bold in rows(panel)] == [False, True, False, True]
+    panel.row_of(1).setExpanded(False)  # a person closes the active branch's first row, then looks elsewhere
+    panel.hide()
+    panel.update_tree(False, chain(9, 5, "z"), [1, 2, 3, 4, 5, 9])  # a branch in the middle of "def" is the text
+    panel.show()
+    assert panel.row_of(1).isExpanded() and panel.row_of(4).isExpanded()  # as an update opens them
+    assert texts(panel) == ["(prompt)", "0.50  abc", "0.50  de", "0.50  f  ⟶ p 1.6e-02", "0.50  z  ⟶ p 1.6e-02",
+                            "0.50  xy  ⟶ p 3.1e-02"]  # fmt: skip
 
 
 # --- the branch comparison and the seeds' tree ----------------------------------------------------------------

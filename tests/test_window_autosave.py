@@ -73,6 +73,63 @@ def test_a_run_and_a_command_are_saved_once_each_and_the_previous_kept(qtbot, wi
     assert names == ["autosave.json", "autosave.prev.json", MARKER]  # no temporary left behind
 
 
+STORY_STARTS = ("mia has a red ball.", "ben has a blue cup.", "the dog ran to the park.", "sam saw a big tree.",
+                "lily likes her cat.")  # fmt: skip
+
+
+def runs_back_to_back(qtbot, win, prompts) -> None:
+    """Each prompt a new story, Generate pressed again as the last run ends (as bench/window_speed.py does)."""
+    left = list(prompts)
+
+    def next_run(_reason=None):
+        if left:
+            win.controls.prompt.setPlainText(left.pop(0))
+            win.controller.generate()
+
+    win.controller.runFinished.connect(next_run)
+    next_run()
+    qtbot.waitUntil(lambda: not left and not win.controller.running, timeout=WAIT)
+    win.controller.runFinished.disconnect(next_run)
+    win.controller.flush()
+
+
+def test_runs_back_to_back_are_saved_once_when_the_worker_is_quiet(qtbot, window, data_dir):
+    """Encoding and writing the session after every one of many quick runs took the worker's time (and the
+    GIL) from the next run: the save waits until the worker has been idle a moment, and holds the last run."""
+    window.controls.temperature.setValue(1.0)
+    runs_back_to_back(qtbot, window, STORY_STARTS)
+    writes_settle(qtbot, window, 1)  # before: one trace made and handed over per run (5)
+    trace = saved(data_dir)
+    assert trace["prompt"] == STORY_STARTS[-1] and trace["text"] == window.token_view.whole_text()
+
+
+def test_runs_that_keep_coming_are_still_saved_every_longest_wait(qtbot, window, monkeypatch):
+    """Runs back to back, each longer than the quiet moment a save waits for (here 1 ms): a save asked for as the
+    next run starts is not made (the worker saves between runs only), so the change stays owed and is saved at a
+    run's end once it waited LONGEST_WAIT_MS (here 30 ms), not put off again run after run."""
+    from playground.recovery import recovery
+
+    monkeypatch.setattr(recovery, "QUIET_MS", 1)
+    monkeypatch.setattr(recovery, "LONGEST_WAIT_MS", 30)
+    window.controls.temperature.setValue(1.0)
+    writer = window.controller.recovery.writer
+    runs_back_to_back(qtbot, window, STORY_STARTS * 8)  # 40 runs: ~0.4-0.8 s
+    assert writer.submitted >= 3  # before: 0 or 1 (the quiet moment after the last run)
+
+
+def test_closing_right_after_a_run_saves_that_run(qtbot, story_model, prefs, data_dir):
+    """A save still waiting for a quiet moment is made when the window closes: the last run is never lost."""
+    from conftest import shown_window
+
+    window = shown_window(qtbot, story_model, prefs)
+    window.controls.temperature.setValue(1.0)
+    runs_back_to_back(qtbot, window, STORY_STARTS[:2])
+    text = window.token_view.whole_text()
+    window.close()  # at once: the quiet moment the save waits for has not come
+    assert saved(data_dir)["text"] == text and saved(data_dir)["prompt"] == STORY_STARTS[1]
+    assert (sessions(data_dir) / MARKER).read_text() == ""  # a clean close
+
+
 def test_the_autosave_holds_what_session_trace_holds_save_after_save(story_model, data_dir):
     """Each step's JSON is made once and reused by the saves after (a step is immutable): what is written is
     still exactly the session's trace, after a rewind, a new branch and a deleted one."""

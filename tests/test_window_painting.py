@@ -80,3 +80,25 @@ def test_a_runs_end_keeps_the_live_pace_until_the_next_frame(qtbot, window):
         widget._mark_dirty()
         qtbot.waitUntil(lambda timer=timer: timer.interval() == FRAME_MS, timeout=2000)
         assert widget.repaints == before + 1  # the run's end was drawn at that frame
+
+
+def test_runs_back_to_back_restyle_neither_the_status_message_nor_the_prompts_message(qtbot, window):
+    """Each run cleared the status message and each new prompt the prompt's message, setting their style sheets
+    again though nothing changed: a style sheet set again restyles (and relays out) the label, every story."""
+    from PySide6.QtCore import QEvent, QObject
+    from test_window_autosave import STORY_STARTS, runs_back_to_back
+
+    class Restyles(QObject):
+        count = 0
+
+        def eventFilter(self, _watched, event):
+            self.count += event.type() == QEvent.Type.StyleChange
+            return False
+
+    restyles = Restyles()
+    for label in (window.message_label, window.controls.prompt_error):
+        label.installEventFilter(restyles)
+    runs_back_to_back(qtbot, window, STORY_STARTS)
+    assert window.token_view.whole_text().startswith(STORY_STARTS[-1]) and restyles.count == 0  # before: 4 in 5 runs
+    window.controller.status("no such thing", error=True)  # a message that is one still shows as one
+    assert restyles.count == 1 and window.message_label.styleSheet() == "color: #e74c3c;"

@@ -400,3 +400,42 @@ def test_the_token_hover_lists_the_rank_at_every_stage(qtbot, window):
     rank = forced.model_rank
     assert (f"rank by stage: raw {rank} → temperature {rank} → top-k removed → top-p removed → final removed"
             in window.token_view.tooltip_html(1))  # fmt: skip
+
+
+def test_the_settings_read_follow_every_change_of_the_panel(qtbot, window):
+    """The panel's fields are read once per change (the window asks for them several times a run): a value typed,
+    a stage moved, a text field, healing switched off with the model; a dict handed out and changed changes
+    nothing."""
+    controls, panel = window.controls, window.controls.samplers
+    before = controls.settings()
+    before["samplers"].reverse(), before["logit_bias"].append([1, 2.0])  # the caller's own copy
+    assert controls.settings()["samplers"] == list(engine.SAMPLERS) and controls.settings()["logit_bias"] == []
+    box = spin(window, "repeat_penalty")
+    box.lineEdit().selectAll()
+    qtbot.keyClicks(box, "1.3")
+    assert controls.settings()["repeat_penalty"] == before["repeat_penalty"]  # not taken until Return
+    qtbot.keyClick(box, Qt.Key.Key_Return)
+    assert controls.settings()["repeat_penalty"] == 1.3
+    select_stage(window, "xtc")
+    press(qtbot, window, "samplerUp")
+    assert controls.settings()["samplers"] == order(window) != list(engine.SAMPLERS)
+    child(window, QLineEdit, "logitBiasEdit").setText("7:-1")
+    assert controls.settings()["logit_bias"] == [[7, -1.0]]
+    panel.set_model(local_sampling=True, grammars=False, heal_by_default=True)
+    assert controls.settings()["heal"] is True
+    panel.heal.setEnabled(False)  # no signal: read each time
+    assert controls.settings()["heal"] is False
+
+
+def test_runs_back_to_back_read_the_panels_fields_only_after_a_change(qtbot, window):
+    """The window asks for the settings several times a run (the prompt check, the request, the autosave): the
+    panel's fields (a dozen spin boxes, the order list) are read again only after one of them changed."""
+    from test_window_autosave import STORY_STARTS, runs_back_to_back
+
+    stages = order_list(window)
+    reads, order = [], stages.order
+    stages.order = lambda: reads.append(1) or order()
+    runs_back_to_back(qtbot, window, STORY_STARTS)
+    assert reads == []  # before: 20 reads for 5 runs
+    spin(window, "repeat_penalty").setValue(1.2)
+    assert window.controls.settings()["repeat_penalty"] == 1.2 and len(reads) == 1

@@ -28,6 +28,7 @@ def test_a_new_branch_keeps_the_old_one_and_a_click_brings_it_back(qtbot, window
     generate(qtbot, window)
     first_text, first_steps = window.token_view.whole_text(), window.token_view.step_count()
     tree = child(window, QTreeWidget, "branchTree")
+    window.show_panel(window.tree_panel)  # its rows are built once it is seen
     assert len(rows(tree)) == 2  # the prompt, and the run as one row
     assert child(window, QLabel, "treeSummary").text() == f"{first_steps} tokens in 1 branch"
     old_leaf = window.tree_panel.path[-1]
@@ -276,3 +277,31 @@ def test_a_forced_branch_shows_the_models_probability(qtbot, window):
     assert shown and float(shown[1]) == pytest.approx(forced.model_probability, rel=0.2) and float(shown[1]) > 0
     tip = re.search(r"model p (\S+)  forced", panel.row_tip(panel.row_of(node)))
     assert tip and float(tip[1]) == pytest.approx(forced.model_probability, rel=0.2)
+
+
+def test_runs_behind_another_tab_build_no_tree_rows_and_the_tab_shows_them_when_raised(qtbot, window):
+    """Story after story (and a branch) with the Tree tab behind the Rules tab: its nodes and summary keep up, but
+    no row is made for nobody to see; raised, it shows what a Tree tab seen all along shows."""
+    from test_tree_panel import looks
+    from test_window_autosave import STORY_STARTS, runs_back_to_back
+
+    from playground.tree.panel import TreePanel
+
+    seen = TreePanel()  # a Tree tab seen all along, fed what the window's is fed
+    qtbot.addWidget(seen)
+    seen.show()
+    window.controller.worker.tree.treeChanged.connect(seen.update_tree)
+    panel = window.tree_panel
+    assert not window.panel_shown(panel)
+    window.controls.temperature.setValue(1.0)
+    runs_back_to_back(qtbot, window, STORY_STARTS[:3])
+    window.token_view.click_step(3)  # a branch from the 4th token, with another seed
+    window.controls.seed.setValue(7)
+    with qtbot.waitSignal(window.controller.runFinished, timeout=WAIT):
+        window.controller.continue_from_here()
+    window.controller.flush()
+    assert panel.nodes == seen.nodes and panel.path == seen.path and len(panel.nodes) > 20
+    assert panel.summary.text() == seen.summary.text() and "2 branches" in panel.summary.text()
+    assert panel.tree.topLevelItem(0).childCount() == 0  # before: every run's rows, made and made again
+    window.show_panel(panel)
+    assert looks(panel) == looks(seen)

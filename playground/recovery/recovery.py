@@ -14,7 +14,7 @@ Two windows at once: the second finds the marker locked (autosave.py), does not 
 
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QElapsedTimer, QObject, QTimer, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton
 
 import engine
@@ -23,6 +23,8 @@ from .autosave import TAKEN, UNCLEAN, RunningMarker, saved_sessions, sessions_di
 from .saver import AutosaveWriter, SessionSaver
 
 WRITE_WAIT_S = 1.0  # on close, the last autosave is finished within this (a write cut short keeps the last file)
+QUIET_MS = 250  # a save waits until the worker has been idle this long: runs back to back are saved once, not each
+LONGEST_WAIT_MS = 2000  # ...but a session is never left unsaved longer than this while runs keep coming
 
 
 class RecoveryBanner(QFrame):
@@ -59,6 +61,11 @@ class Recovery(QObject):
         self.marker = RunningMarker()
         self.writer: AutosaveWriter | None = None
         self._pending: tuple[str, dict] | None = None  # ("load" | "replay", the trace) while a restore goes on
+        self._idle = True  # the worker's last published view was not generating
+        self._save_timer = QTimer(self, singleShot=True)  # a save wanted: made once the worker is quiet
+        self._save_timer.timeout.connect(self._save_when_idle)
+        self._wanted_since = QElapsedTimer()  # since the oldest change not saved yet
+        self._owed_from: int | None = None  # the writer's count of traces then (a save made since: it grows)
         self._failures: set[str] = set()
         try:
             found = self.marker.claim()
@@ -87,9 +94,29 @@ class Recovery(QObject):
         controller.message.connect(self._message)
 
     def _on_changed(self, view) -> None:
-        """The worker published its session: once it is idle (after a run or a command), autosave it."""
-        if not view.generating and view.prompt is not None:
-            self.saveWanted.emit(self.window_state())
+        """The worker published its session: once it is idle (after a run or a command), autosave it, when it has
+        been quiet for QUIET_MS (or LONGEST_WAIT_MS after the oldest change not saved yet)."""
+        self._idle = not view.generating
+        if self._idle and view.prompt is not None and self.writer is not None:  # (not once closed)
+            self._want_save()
+
+    def _want_save(self) -> None:
+        if self._owed_from != self.writer.submitted:  # nothing owed, or saved since: the wait starts now
+            self._owed_from = self.writer.submitted  # (a save asked for as a run starts is not made: still owed)
+            self._wanted_since.start()
+        waited = self._wanted_since.elapsed()
+        if waited >= LONGEST_WAIT_MS:
+            self._save_now()
+        else:
+            self._save_timer.start(min(QUIET_MS, LONGEST_WAIT_MS - waited))
+
+    def _save_when_idle(self) -> None:
+        if self._idle:  # else the run going on is saved when it ends
+            self._save_now()
+
+    def _save_now(self) -> None:
+        self._save_timer.stop()
+        self.saveWanted.emit(self.window_state())
 
     def window_state(self) -> dict:
         """What the window shows besides the session: the controls' settings and the prompt as typed."""
@@ -104,7 +131,13 @@ class Recovery(QObject):
 
     def close(self) -> None:
         """A clean close (the worker has stopped): the last autosave is finished and the marker emptied, so the
-        next start offers nothing. Safe to call twice."""
+        next start offers nothing. What was not saved yet (a save waiting for a quiet moment) is saved now: the
+        worker's thread has ended (unless a native call held it: then its session is not read from here). Safe to
+        call twice."""
+        self._save_timer.stop()
+        owed = self.writer is not None and self._owed_from == self.writer.submitted  # a change not saved since
+        if owed and not self.controller.threads.thread.isRunning():
+            self.saver.save(self.window_state())
         if self.writer is not None:
             self.writer.close(WRITE_WAIT_S)
             self.writer = None

@@ -1,8 +1,9 @@
 """The autosave itself: after each run or command, the worker's session as a trace in sessions/autosave.json
 (autosave.py says where), the one before kept as autosave.prev.json. Never per token, and never on the GUI
-thread.
+thread while the worker runs (a clean close makes the save that still waits there, the worker stopped).
 
-Once the worker's published view is idle, the GUI sends the window's state (the controls' settings, the
+Once the worker's published view has been idle a moment (recovery.py: runs back to back are saved once, not
+after each; a clean close saves what waits), the GUI sends the window's state (the controls' settings, the
 prompt box) to a SessionSaver, which runs in the worker's thread (the session is that thread's only). If the
 session or that state changed since the last save, it builds the trace with a placeholder for each step and
 hands it to the AutosaveWriter's own thread, which encodes the steps, writes the file atomically and rotates

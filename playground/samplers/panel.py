@@ -54,6 +54,8 @@ class SamplerPanel(QWidget):
         super().__init__(parent)
         self.setObjectName("samplerPanel")
         self.vocab_size = vocab_size
+        self._read: dict | None = None  # the fields' values, read again after a change (values())
+        self.changed.connect(self._forget_values)  # first: every other slot of `changed` reads them new
         d = DEFAULTS
         self.spins = {}  # setting name -> its spin box (also an attribute by that name)
         for name, object_name, low, high, decimals, step, specials, tip in SPINS:
@@ -187,7 +189,19 @@ class SamplerPanel(QWidget):
     # --- values ----------------------------------------------------------------------------------------------
     def values(self) -> dict:
         """The panel's engine settings (a field holding something the engine refuses gives its last good value:
-        see problem())."""
+        see problem()). The fields are read once per change (the window asks several times a run); healing and
+        the grammar each time (whether they are enabled changes with the model, not by a signal)."""
+        if self._read is None:
+            self._read = self._read_values()
+        read = self._read
+        values = {**read, "dry_sequence_breakers": list(read["dry_sequence_breakers"]),
+                  "logit_bias": [list(pair) for pair in read["logit_bias"]], "samplers": list(read["samplers"])}  # fmt: skip
+        values["heal"] = self.heal.isEnabled() and self.heal.isChecked()
+        grammar = self.grammar.toPlainText()
+        values["grammar"] = grammar if grammar.strip() and self.grammar.isEnabled() else None
+        return values
+
+    def _read_values(self) -> dict:
         values = {name: round(spin.value(), 2) if isinstance(spin, QDoubleSpinBox) else spin.value()
                   for name, spin in self.spins.items()}  # fmt: skip
         values["typical_p"] = values["typical_p"] or None
@@ -195,10 +209,10 @@ class SamplerPanel(QWidget):
         values["dry_sequence_breakers"] = list(self._breakers)
         values["logit_bias"] = [[token_id, None if bias == -math.inf else bias] for token_id, bias in self._bias]
         values["samplers"] = list(self.order())
-        values["heal"] = self.heal.isEnabled() and self.heal.isChecked()
-        grammar = self.grammar.toPlainText()
-        values["grammar"] = grammar if grammar.strip() and self.grammar.isEnabled() else None
         return values
+
+    def _forget_values(self) -> None:
+        self._read = None
 
     def set_model(self, local_sampling: bool, grammars: bool, heal_by_default: bool) -> None:
         """What the model in use can do: healing where the engine samples (on by default for GGUF files),

@@ -44,6 +44,7 @@ class Branches(QObject):
             signal.connect(slot)
         worker.tree.treeEditUndone.connect(self._on_undone)
         worker.tree.treeChanged.connect(self.panel.update_tree)
+        window.docks.dock(self.panel).visibilityChanged.connect(lambda _seen: self.panel.catch_up())
         worker.tree.expandProgress.connect(self.panel.controls.show_progress)
         worker.tree.expandDone.connect(self._on_expanded)
         worker.tree.branchesCompared.connect(self._on_compared)

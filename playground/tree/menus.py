@@ -60,6 +60,7 @@ class TreeMenus:
         and everything under it), expand and compare from its last node. The panel keeps it until the next one
         (one whose action is triggered without exec() is not left behind: 7 QActions each)."""
         self._drop_menu()
+        self._catch_up()  # rows a hidden tab has not built yet
         head = self.head[node_id]
         run, last = self.runs[head], self.runs[head][-1]
         named = self._marked(head, self._named)

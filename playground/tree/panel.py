@@ -10,7 +10,8 @@ deletes, expands or compares its branch; the controls above the tree expand from
 The widget only draws: the worker sends the nodes that are new or changed (update_tree) and the controller
 acts on the requests. An update costs what changed, not the tree's size: a new token extends its row's text,
 a branch in the middle of a row splits it, a path change re-styles the rows whose bold state changed.
-Deleted nodes (rare), a deleted branch brought back (undo) and a new tree rebuild every row, in bulk."""
+Deleted nodes (rare), a deleted branch brought back (undo) and a new tree rebuild every row, in bulk. Behind
+another tab the rows wait, and are rebuilt once, when the tab is shown (later.py)."""
 
 import bisect
 import math
@@ -31,6 +32,7 @@ from engine import NodeView
 from ..token_text import shown
 from ..widgets.tree_items import free_rows
 from .expand_controls import ExpandControls
+from .later import RowsLater
 from .menus import TreeMenus
 from .numbers import log10_of
 from .rows import LAST, UNVISITED, RowLook
@@ -105,40 +107,78 @@ class TreePanel(TreeMenus, RowLook, QWidget):
         self._pinned: set[int] = set()
         self._count = self._leaves = self._unvisited = 0
         self._newest = 0  # the highest node id drawn: a node new here below it is one an undo brought back
+        self._later: RowsLater | None = None  # the rows wait for the panel to be shown
 
     def update_tree(self, new: bool, views, path) -> None:
         """views: the nodes new or changed since the last call (engine NodeViews); path: the node of each step
-        of the active branch."""
+        of the active branch. The nodes, the path and the summary are always current; the rows are built as the
+        nodes come while a person can see them, else (a tab behind another) once, when it is shown (later.py)."""
         if new:
             self._forget_all()  # the rows follow below, rebuilt
         views = sorted(views, key=lambda v: v.id)
         rebuild = new or any(self._needs_rebuild(v) for v in views)
-        changed = []
+        seen = not self._unseen()
+        if seen:
+            self._catch_up()
+        elif self._later is None or new:
+            self._later = RowsLater(self, new)
+        later, draw, before = self._later, seen and not rebuild, set(self.path)
+        changed, forgot = [], False
         for view in views:
             old = self.views.get(view.id)
             if old is None:
                 if view.deleted or view.parent not in self.views:
                     continue  # gone before it was drawn, or an orphan
                 self._ingest(view)
-                if not rebuild:
+                if draw:
                     self._add_row(view)
+                elif later is not None:
+                    later.node_added(self, view.id)
             elif view != old:
                 if view.deleted:
                     self._forget(view.id)
+                    forgot = True
                 else:
                     self.views[view.id] = view
+                    self._unvisited += view.expanded - old.expanded
+                    self._mark(view)
                     changed.append((old, view))
         old_end = self._active_end()
         self.path = [n for n in path if n in self.views]
+        moved = new or self._active_end() != old_end
+        if later is not None:
+            later.path_changed(self, before, moved)
+            if forgot:
+                self._count_nodes()
+            self._show_summary()
+            return
         if rebuild:
-            self._rebuild(new, scroll=new or self._active_end() != old_end)
+            self._rebuild(new, scroll=moved)
             return
         for old, view in changed:
             self._changed(old, view)
         self._restyle_path()
         self._show_summary()
-        if self._active_end() != old_end:
+        if moved:
             self.tree.scrollToItem(self.row_of(self._active_end()))
+
+    def _unseen(self) -> bool:
+        """The panel is in a shown window but a person cannot see it (its tab is behind another, its dock hidden)."""
+        return self.window().isVisible() and self.visibleRegion().isEmpty()
+
+    def catch_up(self) -> None:
+        """The panel may be seen now (its dock's visibilityChanged): rows that waited are built before it paints."""
+        if not self._unseen():
+            self._catch_up()
+
+    def _catch_up(self) -> None:
+        later, self._later = self._later, None
+        if later is not None:
+            self._rebuild(later.new, scroll=later.scroll, later=later)
+
+    def showEvent(self, event) -> None:
+        self._catch_up()  # before the first paint
+        super().showEvent(event)
 
     @property
     def nodes(self) -> dict[int, NodeView]:
@@ -146,10 +186,12 @@ class TreePanel(TreeMenus, RowLook, QWidget):
         return self.views
 
     def row_of(self, node_id: int) -> QTreeWidgetItem:
+        self._catch_up()
         return self.items[self.head[node_id]]
 
     def run_of(self, node_id: int) -> list[int]:
         """The nodes of the row holding this node, in order."""
+        self._catch_up()
         return list(self.runs[self.head[node_id]])
 
     def _head_of(self, item: QTreeWidgetItem) -> int:
@@ -162,7 +204,7 @@ class TreePanel(TreeMenus, RowLook, QWidget):
         drawn = (old.token, old.probability, old.source, old.parent)
         return view.deleted or drawn != (view.token, view.probability, view.source, view.parent)
 
-    def _joined(self, parent: int, child: int) -> bool:
+    def joined(self, parent: int, child: int) -> bool:
         """Whether a child continues its parent's row: the only child, and both walked or both not."""
         views = self.views
         return parent != 0 and len(self.children[parent]) == 1 and views[parent].expanded == views[child].expanded
@@ -176,17 +218,17 @@ class TreePanel(TreeMenus, RowLook, QWidget):
         self._newest = max(self._newest, node)
         p = view.probability
         self._logp[node] = self._logp[parent] + (math.log10(p) if p is not None and p > 0 else log10_of(p))
+        self._count += 1
+        self._leaves += parent == 0 or len(self.children[parent]) > 1
+        self._unvisited += view.expanded
+        self._mark(view)
 
     def _add_row(self, view: NodeView) -> None:
         """A new node's row: its parent's row goes on, splits, or gets a child row."""
         node, parent = view.id, view.parent
         siblings = self.children[parent]
-        self._count += 1
-        self._leaves += parent == 0 or len(siblings) > 1
-        self._unvisited += view.expanded
-        self._mark(view)
         head = self.head[parent]
-        if self._joined(parent, node):  # the row goes on
+        if self.joined(parent, node):  # the row goes on
             self.runs[head].append(node)
             self.head[node] = head
             self._body[head] += shown(view.token)
@@ -235,17 +277,15 @@ class TreePanel(TreeMenus, RowLook, QWidget):
     def _changed(self, old: NodeView, view: NodeView) -> None:
         """A node's name, pin or expanded mark changed."""
         node = view.id
-        self._unvisited += view.expanded - old.expanded
-        self._mark(view)
         if view.expanded != old.expanded:
             kids = self.children[node]
             for parent, child in ((view.parent, node), (node, kids[0] if len(kids) == 1 else None)):
                 if child is None or parent == 0:
                     continue
                 joined = self.head[child] == self.head[parent]
-                if self._joined(parent, child) and not joined:
+                if self.joined(parent, child) and not joined:
                     self._merge(parent, child)
-                elif joined and not self._joined(parent, child):
+                elif joined and not self.joined(parent, child):
                     self._split(parent)
             for n in (node, *kids):
                 self._style(self.row_of(n))
@@ -267,12 +307,13 @@ class TreePanel(TreeMenus, RowLook, QWidget):
         (self._pinned.add if view.pinned else self._pinned.discard)(view.id)
 
     # --- the rows -------------------------------------------------------------------------------------
-    def _rebuild(self, new: bool = True, scroll: bool = True) -> None:
+    def _rebuild(self, new: bool = True, scroll: bool = True, later: RowsLater | None = None) -> None:
         """Every row again, in bulk: a new tree, or the same after deletions (its open rows stay open, its
-        current row current)."""
+        current row current); later: the rows a hidden tab did not build, open as the updates would have left
+        them."""
         was_open, current = set(), None
         if not new:
-            was_open = {h for h, item in self.items.items() if item.isExpanded()}
+            was_open = self.open_nodes() if later is None else was_open
             current = self.tree.currentItem()
             current = self._head_of(current) if current is not None else None
             for node in sorted(self.views)[1:]:  # a step's probability may have changed (parents come first)
@@ -283,11 +324,7 @@ class TreePanel(TreeMenus, RowLook, QWidget):
             QTimer.singleShot(DROP_AFTER_MS, self._drop_old_rows)
         self.runs, self.head, self.items, self._body = {0: [0]}, {0: 0}, {}, {0: ""}
         self._bold: set[int] = set()
-        self._count = len(self.views) - 1
-        self._leaves = sum(1 for n, kids in self.children.items() if n and not kids)
-        self._unvisited = sum(1 for v in self.views.values() if v.expanded)
-        self._named = {n for n, v in self.views.items() if v.name}
-        self._pinned = {n for n, v in self.views.items() if v.pinned}
+        self._count_nodes()
         root = self._new_row(0, [0])
         opened = []
         views, children, head = self.views, self.children, self.head
@@ -315,7 +352,7 @@ class TreePanel(TreeMenus, RowLook, QWidget):
                 item = QTreeWidgetItem(parent_row, [self._row_text(first)])
             item.setData(0, LAST, run[-1])
             items[first] = item
-            if unvisited or first in was_open:
+            if later.opens(run) if later is not None else unvisited or first in was_open:
                 opened.append(item)
             pending.extend([(item, child) for child in reversed(kids)])
         self.tree.addTopLevelItem(root)
@@ -323,14 +360,29 @@ class TreePanel(TreeMenus, RowLook, QWidget):
         for item in opened:
             item.setExpanded(True)
         self._restyle_path()
+        if later is not None:  # a row that turned bold opened then; one bold before keeps how it was
+            for first in self._bold:
+                items[first].setExpanded(later.opens(runs[first]))
         self._show_summary()
-        if current in self.items:
-            self.tree.setCurrentItem(self.items[current])
+        if current in head:
+            self.tree.setCurrentItem(items[head[current]])
         if scroll and self.path:
             self.tree.scrollToItem(self.row_of(self._active_end()))
         elif position:
             self.tree.doItemsLayout()  # the scrollbar's range now, to put it back where it was
             self.tree.verticalScrollBar().setValue(position)
+
+    def open_nodes(self) -> set[int]:
+        """The nodes of the rows open (by node: a row split since keeps its state in both parts, as an update
+        does)."""
+        return {n for h, item in self.items.items() if item.isExpanded() for n in self.runs[h]}
+
+    def _count_nodes(self) -> None:
+        self._count = len(self.views) - 1
+        self._leaves = sum(1 for n, kids in self.children.items() if n and not kids)
+        self._unvisited = sum(1 for v in self.views.values() if v.expanded)
+        self._named = {n for n, v in self.views.items() if v.name}
+        self._pinned = {n for n, v in self.views.items() if v.pinned}
 
     def _drop_old_rows(self) -> None:
         if self._old_rows:

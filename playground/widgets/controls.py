@@ -279,6 +279,8 @@ class Controls(QWidget):
 
     def show_prompt_error(self, message: str | None, position: int | None = None, warning: bool = False) -> None:
         """A message under the prompt, the character it is about marked; a warning (amber) allows Generate."""
+        if message is None and not self.prompt_error.text():
+            return  # nothing shown, nothing to show (a style sheet set again restyles the label: each new prompt)
         color = WARNING_COLOR if warning else ERROR_COLOR
         self.prompt.mark_error(position, color)
         self.prompt_error.setText(message or "")
