@@ -12,6 +12,7 @@ import weakref
 import numpy as np
 
 from engine.backends.llamacpp import library
+from engine.backends.llamacpp.branches import BRANCHES
 from engine.core.cpu_load import idle_cores_now
 
 MAX_BATCH = 512  # tokens per llama_decode call (a longer feed is decoded in chunks)
@@ -84,7 +85,8 @@ class LlamaCppCache:
         params = llama.llama_context_default_params()
         params.n_ctx = self.positions
         params.n_batch = params.n_ubatch = self.batch_size
-        params.n_seq_max = 1
+        params.n_seq_max = BRANCHES  # a tree's branches read in one pass (branches.py)
+        params.kv_unified = True  # one buffer: the branches share the text's cells
         params.n_threads = params.n_threads_batch = self.threads
         params.no_perf = True
         if self.head_scales is not None:  # heads scaled: the attention weights as a tensor, then the callback
@@ -100,7 +102,7 @@ class LlamaCppCache:
             raise ValueError(f"llama.cpp could not create a context of {self.positions} positions"
                              f"{library.error_suffix()}")  # fmt: skip
         model.abort_on_stop(ctx)
-        self.batch = llama.llama_batch_init(self.batch_size, 0, 1)
+        self.batch = llama.llama_batch_init(self.batch_size, 0, BRANCHES)
         self.memory = llama.llama_get_memory(ctx)
         self._made.append((ctx, self.batch))
         self.ctx = ctx
