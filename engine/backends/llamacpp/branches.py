@@ -37,11 +37,11 @@ def trie(branches) -> tuple[list[tuple[int, int, list[int]]], list[int]]:
 
 def forward_branches(model, branches, cache, residual_add=None) -> np.ndarray | None:
     """The scores after each branch (token lists continuing the cache's text) -> float32 [len(branches), vocab];
-    None where one pass cannot hold them (more than BRANCHES, a trie longer than the batch, an empty text):
+    None where one pass cannot hold them (more than the context's sequences, a trie longer than the batch, an empty text):
     the caller reads them one by one. The cache ends holding its text and the last branch."""
     start, n = cache.length, len(branches)
     entries, ends = trie(branches)
-    if start == 0 or not 1 <= n <= BRANCHES or not all(branches) or len(entries) > cache.batch_size:
+    if start == 0 or not 1 <= n <= cache.sequences or not all(branches) or len(entries) > cache.batch_size:
         return None
     if start + len(entries) > cache.positions:
         cache.grow(start + len(entries))

@@ -43,6 +43,11 @@ class LlamaCppCache:
         self._free = weakref.finalize(self, _free_context, model.llama, self._made)
         model._caches.add(self)
 
+    @property
+    def sequences(self) -> int:
+        """The sequences the context holds: BRANCHES, at most its batch (llama.cpp aborted on more)."""
+        return min(BRANCHES, self.batch_size)
+
     def size_for(self, positions: int) -> None:
         """This cache will hold at most `positions` (a text to score): a context not made yet is made that large
         (a context of 8,192 positions took 0.2-3 s to make here, one of 512 0.01-0.02 s; the scores are the
@@ -85,7 +90,7 @@ class LlamaCppCache:
         params = llama.llama_context_default_params()
         params.n_ctx = self.positions
         params.n_batch = params.n_ubatch = self.batch_size
-        params.n_seq_max = BRANCHES  # a tree's branches read in one pass (branches.py)
+        params.n_seq_max = self.sequences  # a tree's branches read in one pass (branches.py)
         params.kv_unified = True  # one buffer: the branches share the text's cells
         params.n_threads = params.n_threads_batch = self.threads
         params.no_perf = True
