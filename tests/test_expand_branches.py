@@ -13,9 +13,12 @@ import engine
 PROMPT = "The old lighthouse keeper opened the door and"
 
 
-def expansion(model, budget: int, raw: bool, one_by_one: bool):
-    """(every node's token path and full step record, the leaves, forward passes run, rows read)."""
+def expansion(model, budget: int, raw: bool, one_by_one: bool, steered: bool = False):
+    """(every node's token path and full step record, the leaves, forward passes run); steered: a vector added
+    to the residual stream after layers 5-8 (llama.cpp's control vector, on every branch)."""
     s = engine.Session(model, PROMPT, max_new_tokens=3, temperature=1.0, top_k=40, seed=2)
+    if steered:
+        s.steer_vector(engine.steering_vector(model, ["joy and sunshine"], ["fear and darkness"]), [5, 6, 7, 8], 4.0)
     s.run()
     if one_by_one:
         model.branches_per_pass = 1  # the instance's: LocalContext.rows_at reads one branch per pass
@@ -39,6 +42,14 @@ def test_smollm2_expands_to_the_same_steps_reading_many_branches_per_pass(smollm
     assert len(batched[0]) == budget
     assert pickle.dumps(batched[:2]) == pickle.dumps(alone[:2])  # bit for bit (a NaN in a record equals itself)
     assert batched[2] * 3 < alone[2]  # a pass per row read alone; up to 16 rows a pass together
+
+
+def test_a_steered_expansion_reads_its_branches_under_the_vector(smollm2_llamacpp):
+    batched = expansion(smollm2_llamacpp, 200, True, one_by_one=False, steered=True)
+    alone = expansion(smollm2_llamacpp, 200, True, one_by_one=True, steered=True)
+    plain = expansion(smollm2_llamacpp, 200, True, one_by_one=False)
+    assert pickle.dumps(batched[:2]) == pickle.dumps(alone[:2]) and batched[2] * 3 < alone[2]
+    assert batched[1] != plain[1]  # the vector moved the probabilities
 
 
 def fresh_row(model, ids):
