@@ -19,7 +19,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from engine.backends.local import LocalBackend
+from engine.backends.local_backend import LocalBackend
 from engine.core.checks import UnknownCharacterError
 from engine.core.contract import Capabilities
 from engine.core.sampling import softmax

@@ -9,18 +9,17 @@ text is fed only when the next position's scores are needed.
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import cached_property
 
 import numpy as np
 
 from engine.core import penalties
-from engine.core.contract import Capabilities
 from engine.core.cpu_load import OtherWork
 from engine.core.healing import healer_for
 from engine.core.sampling import NO_INPUT, ChainInput
 from engine.core.settings import Settings
 from engine.core.steps import Candidates, Step, StepMaker
 from engine.core.timing import ForwardTiming
+from engine.core.tree import shared_prefix
 
 SCORE_CHUNK = 128  # the fewest positions per forward pass when a text is scored
 MAX_SCORE_CHUNK = 512  # the most (llama.cpp's batch)
@@ -67,9 +66,11 @@ class LocalContext:
         """prefix: token healing's bytes still to spell (the step must keep to them)."""
         return self.drawn(ids, settings, random, prefix), False
 
-    def distributions(self, ids, settings, xtc_draw: float | None = None, prefix: bytes | None = None):
-        """The raw row at position len(ids) and the row after every stage of the chain (StepMaker's)."""
-        return self._maker_for(settings).distributions(self._scores(ids), self._given(ids, settings, xtc_draw, prefix))
+    def distributions(self, ids, settings, xtc_draw: float | None = None, prefix: bytes | None = None, row=None):
+        """The raw row at position len(ids) and the row after every stage of the chain (StepMaker's); row: the
+        scores there, where the caller has them (rows_at)."""
+        scores = self._scores(ids) if row is None else row
+        return self._maker_for(settings).distributions(scores, self._given(ids, settings, xtc_draw, prefix))
 
     def drawn(self, ids, settings, random, prefix: bytes | None = None, dists=None) -> Step:
         """The model's step at position len(ids), drawn as every sampled step is: XTC's chance first (while XTC
@@ -87,13 +88,45 @@ class LocalContext:
         maker = self._maker_for(settings)
         return maker.make(self._scores(ids), token_id, "model", dists, u, xtc_draw=xtc_draw, healing=healing)
 
-    def alternatives(self, ids, settings, token_ids, dists, prefix: bytes | None = None) -> list[Step]:
+    def alternatives(self, ids, settings, token_ids, dists, prefix: bytes | None = None, row=None) -> list[Step]:
         """A step for each of these tokens as the one after ids (a tree expansion's children), all read from
-        the one row at len(ids) and its distributions `dists`; nothing is drawn. prefix: what token healing
-        had to spell there (recorded on the steps, as a sampled step records it)."""
-        maker, scores = self._maker_for(settings), self._scores(ids)
+        the one row at len(ids) (or `row`, rows_at's) and its distributions `dists`; nothing is drawn. prefix:
+        what token healing had to spell there (recorded on the steps, as a sampled step records it)."""
+        maker, scores = self._maker_for(settings), self._scores(ids) if row is None else row
         healing = None if prefix is None else prefix.decode("utf-8", errors="replace")
         return [maker.make(scores, token_id, "expanded", dists, healing=healing) for token_id in token_ids]
+
+    @property
+    def branches_per_pass(self) -> int:
+        """The branches rows_at reads in one forward pass (llama.cpp: several sequences; else one)."""
+        return getattr(self.model, "branches_per_pass", 1)
+
+    def rows_at(self, held, paths) -> list[np.ndarray]:
+        """The row of scores at the end of each path (a tree's level, in its order), the cache holding `held`
+        before and the last path after. One by one, each fed what it does not share with the one before;
+        llama.cpp reads them in one pass (engine/backends/llamacpp/branches.py: the same rows, bit for bit)."""
+        if len(paths) > 1 and self._head_scales is None and hasattr(self.model, "forward_branches"):
+            self.truncate(min(shared_prefix(held, path) for path in paths))
+            kept = self.cache.length
+            if self.model.work_stopped:
+                raise ValueError(f"{self.model.name} was told to stop its work (stop_work): no forward pass runs")
+            started = time.perf_counter()
+            rows = self.model.forward_branches([path[kept:] for path in paths], self.cache, self._residual_add)
+            if rows is not None:
+                self.timing.add(sum(len(path) - kept for path in paths), time.perf_counter() - started)
+                try:
+                    self._check_finite(rows, len(paths[0]))
+                except ValueError:
+                    self.cache.truncate(kept)
+                    raise
+                self._rows[len(paths[-1])] = rows[-1]
+                return list(rows)
+        rows = []
+        for path in paths:
+            self.truncate(shared_prefix(held, path))
+            rows.append(self._scores(path))
+            held = path
+        return rows
 
     def force(self, ids, text, token_ids, source, settings, options=None) -> list[Step]:
         """One batched forward over the new positions: the last new token is not fed yet."""
@@ -304,91 +337,20 @@ class LocalContext:
             started = time.perf_counter()
             rows = self.model.forward_cached(token_ids, self.cache, last_only=last_only, **steer)
             self.timing.add(len(token_ids), time.perf_counter() - started)
-            if not np.isfinite(rows).all():
-                finite = np.isfinite(rows).all(axis=-1)
-                position = start + (int(np.argmin(finite)) if not last_only else len(token_ids) - 1)
-                raise ValueError(
-                    f"the model produced non-finite scores (NaN or inf) at position {position}: "
-                    "its weights or its cache are damaged"
-                )
+            self._check_finite(rows, start + (0 if not last_only else len(token_ids) - 1), not last_only)
         except BaseException:
             self.cache.truncate(start)
             raise
         return rows
 
-
-class ArrayCache:
-    """keep_aside / put_back (LocalContext.rewound) for a preallocated cache of `k` and `v` arrays whose
-    second-to-last axis is the position, `length` positions in use."""
-
-    def keep_aside(self, start: int) -> tuple:
-        """A copy of the positions from `start` on."""
-        end = self.length
-        return start, end, self.k[..., start:end, :].copy(), self.v[..., start:end, :].copy()
-
-    def put_back(self, kept: tuple) -> None:
-        """The positions kept aside, as they were (whatever was written there since)."""
-        start, length, k, v = kept
-        self.k[..., start:length, :], self.v[..., start:length, :] = k, v
-        self.length = length
-
-
-class LocalBackend:
-    """What a numpy model with a KV cache offers besides its forward pass (engine.core.contract.Backend):
-    subclasses give name, weights_sha256, tokenizer, end_token_ids, context_length, vocab_size, new_cache
-    and forward_cached."""
-
-    has_inside = False  # a model whose forward pass the engine runs sets it: inside(ids), unembed(residuals)
-    residual_steering = False  # forward_cached takes residual_add [layers, d] (Session.steer_vector); residual_shape
-    first_steerable_layer = 0  # the first layer residual_add may add after
-
-    end_reason = "end of text"
-    source = ""  # the file it came from; "" for the built-in model
-    work_stopped = False  # stop_work(): every forward pass is refused, until stop_work(False)
-
-    @cached_property
-    def token_texts(self) -> dict[int, str]:
-        """Each token's text, decoded once for all of this model's contexts (a session's first steps then
-        decode nothing)."""
-        return {}
-
-    def stop_work(self, stopped: bool = True) -> None:
-        """Thread-safe, for closing an app whose worker thread may be busy with this model: while stopped, every
-        forward pass on it (in any thread) raises ValueError before it starts, so a loop of them (seeds, an
-        expansion, a text being scored) ends at its next pass; stop_work(False) lets them run again."""
-        self.work_stopped = stopped
-
-    @property
-    def capabilities(self) -> Capabilities:
-        return Capabilities(
-            full_distribution=True,
-            local_sampling=True,
-            local_tokenizer=True,
-            chat_template=self.has_chat_template(),
-            streaming=False,
-            grammar=self.has_grammars(),
-            inside=self.has_inside,
-        )
-
-    def has_chat_template(self) -> bool:
-        return False
-
-    def has_grammars(self) -> bool:
-        return False
-
-    def grammar(self, text: str):
-        """A compiled GBNF grammar (allowed(), allows(id), accept(id), reset()); ValueError when it does not
-        parse, or where this backend has no grammars."""
-        raise ValueError(f'grammars need the llama.cpp backend ({self.name} runs elsewhere): pip install ".[llama]"')
-
-    def chat_prompt(self, user_text: str) -> str:
-        raise ValueError(f"{self.name} has no chat template: send the text as it is")
-
-    def open_context(self) -> LocalContext:
-        return LocalContext(self)
-
-    def describe(self) -> dict:
-        return {"name": self.name, "weights_sha256": self.weights_sha256}
-
-    def close(self) -> None:
-        pass  # nothing is held open
+    @staticmethod
+    def _check_finite(rows, position: int, by_row: bool = False) -> None:
+        """A ValueError where the model gave a non-finite score (position: the first row's, by_row: the rows are
+        consecutive positions)."""
+        if not np.isfinite(rows).all():  # one check of the whole pass; which row only when one is bad
+            finite = np.isfinite(rows).all(axis=-1)
+            position += int(np.argmin(finite)) if by_row else 0
+            raise ValueError(
+                f"the model produced non-finite scores (NaN or inf) at position {position}: "
+                "its weights or its cache are damaged"
+            )

@@ -4,7 +4,7 @@ Modelled on llama.cpp's split of `llama_model` (weights, vocabulary, metadata: s
 (one sequence's state: its KV cache). A Backend is loaded once; each Session opens its own Context and
 talks to nothing else, so the Session holds no backend-specific code. Two kinds of backend implement it:
 
-    engine/backends/local.py     LocalBackend and LocalContext: a KV cache and the engine's sampler chain over
+    engine/backends/local.py     LocalContext (and local_backend.py, LocalBackend): a KV cache and the engine's sampler chain over
                                  the whole row of scores. The story model and GGUF files in numpy
                                  (engine/story, engine/backends/gguf), and llama.cpp (engine/backends/llamacpp,
                                  a LocalBackend whose cache is a llama_context) are all LocalBackends.

@@ -24,7 +24,6 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 from engine.core.settings import known_settings
-from engine.core.tree import shared_prefix
 
 MAX_EXPANSION = 10_000  # nodes one expansion may add
 MAX_CHILDREN = 1_000  # top_k's ceiling
@@ -156,28 +155,48 @@ def _level_children(context, settings, expansion: Expansion, frontier, room: int
     raise that cut early."""
     kept = []
     read = 0
-    for index in _reading_order(frontier, room, per_parent):
+    order = iter(_reading_order(frontier, room, per_parent))
+    while group := _unskipped(order, frontier, kept, room, context.branches_per_pass):
         if cancelled is not None and cancelled():
             return None, read
-        parent, path, p, spelling = frontier[index]
-        if len(kept) == room and (p, -index) < kept[0][0][:2]:
-            continue  # no child of it can be kept: its row is not read
-        context.truncate(shared_prefix(held[0], path))
-        dists = context.distributions(path, settings, None, spelling)
-        held[0] = path
-        read += 1
-        ids_of_row, row = _weighed(dists, expansion.raw)
-        for rank, (token_id, q) in enumerate(
-            children(ids_of_row, row, expansion.top_k, min(room, MAX_CHILDREN), expansion.coverage)
-        ):
-            key = (p * q, -index, -rank)
-            if len(kept) == room and key <= kept[0][0]:
-                continue  # it would not be kept: no record is made for it
-            (step,) = context.alternatives(path, settings, [token_id], dists, spelling)
-            entry = (key, parent, path, token_id, step, spelling)
-            (heapq.heappush if len(kept) < room else heapq.heapreplace)(kept, entry)
-        made(len(kept))
+        rows = context.rows_at(held[0], [frontier[index][1] for index in group])
+        held[0] = frontier[group[-1]][1]
+        read += len(group)
+        for index, row in zip(group, rows):
+            _add_children(context, settings, expansion, frontier, index, row, kept, room)
+            made(len(kept))
     return kept, read
+
+
+def _unskipped(order, frontier, kept: list, room: int, most: int) -> list[int]:
+    """The next `most` parents in reading order whose rows are to be read: once the heap is full, a parent
+    whose own probability does not beat its least is skipped (its children's p * q <= p)."""
+    group = []
+    for index in order:
+        if len(kept) == room and (frontier[index][2], -index) < kept[0][0][:2]:
+            continue  # no child of it can be kept: its row is not read
+        group.append(index)
+        if len(group) == most:
+            break
+    return group
+
+
+def _add_children(context, settings, expansion: Expansion, frontier, index: int, row, kept: list, room: int):
+    """Parent `index`'s children that beat the heap's least go into it (read from its row)."""
+    parent, path, p, spelling = frontier[index]
+    if len(kept) == room and (p, -index) < kept[0][0][:2]:
+        return  # the heap rose while its group was read: none of its children can be kept
+    dists = context.distributions(path, settings, None, spelling, row=row)
+    ids_of_row, probs = _weighed(dists, expansion.raw)
+    for rank, (token_id, q) in enumerate(
+        children(ids_of_row, probs, expansion.top_k, min(room, MAX_CHILDREN), expansion.coverage)
+    ):
+        key = (p * q, -index, -rank)
+        if len(kept) == room and key <= kept[0][0]:
+            continue  # it would not be kept: no record is made for it
+        (step,) = context.alternatives(path, settings, [token_id], dists, spelling, row=row)
+        entry = (key, parent, path, token_id, step, spelling)
+        (heapq.heappush if len(kept) < room else heapq.heapreplace)(kept, entry)
 
 
 def _reading_order(frontier, room: int, per_parent: float) -> list[int]:

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from engine.backends.blas_threads import blas_threads
-from engine.backends.local import ArrayCache, LocalBackend
+from engine.backends.local_backend import ArrayCache, LocalBackend
 from engine.core.checks import checked_ids
 from engine.core.inside import Inside, kept_positions
 

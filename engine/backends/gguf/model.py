@@ -16,7 +16,7 @@ import numpy as np
 
 from engine.backends import blas_threads
 from engine.backends.gguf.tokenizer import GGUFTokenizer
-from engine.backends.local import ArrayCache, LocalBackend
+from engine.backends.local_backend import ArrayCache, LocalBackend
 from engine.core.checks import checked_ids
 from engine.core.inside import Inside, kept_positions
 

@@ -12,6 +12,7 @@ import weakref
 import numpy as np
 
 from engine.backends.llamacpp import library
+from engine.backends.llamacpp.branches import BRANCHES
 from engine.core.cpu_load import idle_cores, idle_cores_now, usable_cores
 
 MAX_BATCH = 512  # tokens per llama_decode call (a longer feed is decoded in chunks)
@@ -41,6 +42,11 @@ class LlamaCppCache:
         self._made: list = []  # (ctx, batch) once made: what _free frees
         self._free = weakref.finalize(self, _free_context, model.llama, self._made)
         model._caches.add(self)
+
+    @property
+    def sequences(self) -> int:
+        """The sequences the context holds: BRANCHES, at most its batch (llama.cpp aborted on more)."""
+        return min(BRANCHES, self.batch_size)
 
     def size_for(self, positions: int) -> None:
         """This cache will hold at most `positions` (a text to score): a context not made yet is made that large
@@ -86,7 +92,8 @@ class LlamaCppCache:
         params = llama.llama_context_default_params()
         params.n_ctx = self.positions
         params.n_batch = params.n_ubatch = self.batch_size
-        params.n_seq_max = 1
+        params.n_seq_max = self.sequences  # a tree's branches read in one pass (branches.py)
+        params.kv_unified = True  # one buffer: the branches share the text's cells
         params.n_threads = params.n_threads_batch = self.threads
         params.no_perf = True
         if self.head_scales is not None:  # heads scaled: the attention weights as a tensor, then the callback
@@ -102,7 +109,7 @@ class LlamaCppCache:
             raise ValueError(f"llama.cpp could not create a context of {self.positions} positions"
                              f"{library.error_suffix()}")  # fmt: skip
         model.abort_on_stop(ctx)
-        self.batch = llama.llama_batch_init(self.batch_size, 0, 1)
+        self.batch = llama.llama_batch_init(self.batch_size, 0, BRANCHES)
         self.memory = llama.llama_get_memory(ctx)
         self._made.append((ctx, self.batch))
         self.ctx = ctx

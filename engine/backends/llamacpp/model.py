@@ -19,11 +19,12 @@ from engine.backends import blas_threads
 from engine.backends.gguf.header import check_gguf_file, gguf_architecture, readable
 from engine.backends.gguf.reader import file_sha256
 from engine.backends.llamacpp import library
+from engine.backends.llamacpp.branches import BRANCHES, forward_branches
 from engine.backends.llamacpp.cache import LlamaCppCache
 from engine.backends.llamacpp.prompt_memo import PromptMemo
 from engine.backends.llamacpp.threads import check_threads, default_threads
 from engine.backends.llamacpp.tokenizer import LlamaCppTokenizer
-from engine.backends.local import LocalBackend
+from engine.backends.local_backend import LocalBackend
 from engine.core.checks import checked_ids
 
 DEFAULT_CONTEXT = 8192  # the default context: the file's training context capped at this
@@ -170,10 +171,7 @@ class LlamaCppModel(LocalBackend):
                 raise ValueError(f"scaling {self.name}'s heads failed: {error}") from error
             if status != 0:
                 llama.llama_memory_seq_rm(cache.memory, 0, start, -1)
-                if status == ABORTED and self.work_stopped:
-                    raise ValueError(f"{self.name} was told to stop its work (stop_work): decoding stopped")
-                raise ValueError(f"llama.cpp could not decode {n} tokens at position {start + chunk} "
-                                 f"(status {status}){library.error_suffix()}")  # fmt: skip
+                self.decode_failed(status, n, start + chunk)
             cache.length = start + chunk + n
             outputs = sum(wanted)
             if outputs:
@@ -183,6 +181,26 @@ class LlamaCppModel(LocalBackend):
         if start == 0:
             self.prompt_memo.remember(ids, last_only, cache, rows)
         return rows
+
+    def decode_failed(self, status: int, tokens: int, position: int):
+        """The ValueError for a llama_decode that returned `status` (its memory already truncated)."""
+        if status == ABORTED and self.work_stopped:
+            raise ValueError(f"{self.name} was told to stop its work (stop_work): decoding stopped")
+        raise ValueError(f"llama.cpp could not decode {tokens} tokens at position {position} "
+                         f"(status {status}){library.error_suffix()}")  # fmt: skip
+
+    branches_per_pass = BRANCHES  # LocalContext.rows_at reads this many branches in one pass
+
+    def forward_branches(self, branches, cache: LlamaCppCache, residual_add=None) -> np.ndarray | None:
+        """The scores after each branch continuing the cache (a tree's level) in one pass -> float32 [n, vocab],
+        or None where one pass cannot hold them (branches.py); the cache ends holding the last branch."""
+        for branch in branches:
+            checked_ids(branch, cache.length, self._vocab_size, self.context_length)
+        if not self._free.alive or not cache._free.alive:
+            raise ValueError(f"{self.name} is closed")
+        if cache.head_scales is not None:  # heads scaled: their callback sees one sequence; read one by one
+            return None
+        return forward_branches(self, branches, cache, residual_add)
 
     @property
     def heads_shape(self) -> tuple[int, int]:  # (layers, heads): what head_scales index
