@@ -6,7 +6,9 @@ core makes the others spin until the scheduler brings it back, milliseconds per 
 SmolLM2's single-token decode fell from ~25 to 1.3-5 tokens/s with one busy process beside it on 2 cores.
 
 The choices, measured with `python bench/gguf_speed.py` on this 2-core machine (quiet, and with one
-process spinning beside it); floats are bit-identical either way (OpenBLAS splits outputs, not sums):
+process spinning beside it). A row vector's products give the same floats at any count; a matrix product's
+do not (the story model's prompt read at 1 and at 2 threads: up to 4e-6 apart), so a count holds while any
+thread's pass runs (below):
 - DECODE_THREADS = 1: one new token is a row vector times each weight matrix. Two threads are faster on
   an idle machine (SmolLM2: 40 against 24 tokens/s; 32 against 22 in the window), but fall to 18-19.5
   tokens/s beside one busy process and to 1.2-5 when the machine is loaded, while one thread keeps 24
@@ -86,30 +88,58 @@ def current() -> list[int]:
     return [get() for get, _set in _blas_libraries()]
 
 
+class _Held:
+    """The count in force while passes run, process-wide. OpenBLAS's count is one for the whole process, so a
+    pass that ends must not put the previous count back under another thread's pass (the worker's pass ending
+    during a replay's prompt gave that prompt 2 threads: other floats). The first pass sets its count and the
+    last one to end puts the previous counts back; a pass that starts while others run takes the count in force
+    (it never waits: a pass may wait on a thread whose pass asked another count, as the lens grid's does)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.passes = 0
+        self.previous: list[tuple[int, int]] = []  # (count before the first pass, count set) per library
+
+    def enter(self, count: int) -> None:
+        with self.lock:
+            if self.passes == 0:
+                self.previous = []
+                for get, set_ in _blas_libraries():
+                    before = get()
+                    limit = min(before, count)  # never more than allowed before (OPENBLAS_NUM_THREADS, threadpoolctl)
+                    if limit != before:
+                        set_(limit)
+                    self.previous.append((before, limit))
+            self.passes += 1
+
+    def exit(self) -> None:
+        with self.lock:
+            self.passes -= 1
+            if self.passes == 0:
+                for (_get, set_), (before, limit) in zip(_blas_libraries(), self.previous, strict=True):
+                    if limit != before:
+                        set_(before)
+
+
+_held = _Held()
+
+
 class blas_threads:  # noqa: N801 - used like a function: `with blas_threads(1): ...`
     """Context manager: BLAS uses at most `count` threads inside (never more than it was allowed before,
-    so an OPENBLAS_NUM_THREADS setting or a caller's threadpoolctl limit still holds); the previous
-    counts come back after."""
+    so an OPENBLAS_NUM_THREADS setting or a caller's threadpoolctl limit still holds; where another thread's
+    pass is running, the count in force: _Held); the previous counts come back after the last pass."""
 
-    __slots__ = ("count", "previous")
+    __slots__ = ("count",)
 
     def __init__(self, count: int):
         self.count = count
-        self.previous: list[int] = []
 
     def __enter__(self):
-        self.previous = []
-        for get, set_ in _blas_libraries():
-            before = get()
-            self.previous.append(before)
-            if before > self.count:
-                set_(self.count)
+        _held.enter(self.count)
         return self
 
     def __exit__(self, *exc):
-        for (_get, set_), before in zip(_blas_libraries(), self.previous):
-            if before > self.count:
-                set_(before)
+        _held.exit()
         return False
 
 

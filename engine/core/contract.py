@@ -13,7 +13,7 @@ talks to nothing else, so the Session holds no backend-specific code. Two kinds 
 What a backend's `capabilities` say decides which methods beyond the base Context and Backend the core
 calls (engine/core only ever asks the capability, never the type):
 
-    full_distribution  Context is a LocalSampling: distributions, drawn, alternatives, rewound, score_chunks
+    full_distribution  Context is a LocalSampling: distributions, drawn, alternatives, rewound, score_chunks, rows_at
                        (the tree's expansion, many seeds, comparing two models, every stage shown)
     local_sampling     the same LocalSampling, and candidates/sample take prefix= (token healing)
     inside             Backend is an InsideBackend (inside, unembed) and Context has set_head_scales
@@ -128,6 +128,14 @@ class LocalSampling(Context, Protocol):
     def rewound(self, length: int) -> AbstractContextManager[None]:
         """A with-block in which the context is as truncate(length) leaves it; the positions after are put
         back bit for bit when it ends."""
+
+    @property
+    def branches_per_pass(self) -> int:
+        """The paths rows_at reads in one forward pass (llama.cpp: several sequences at once; else 1)."""
+
+    def rows_at(self, held: list[int], paths: list[list[int]]) -> list[np.ndarray]:
+        """The [V] row of scores at the end of each path (a tree expansion's level), the context holding `held`
+        before and the last path after; the rows each path read alone gives, bit for bit."""
 
     def score_chunks(self, ids: list[int], settings: Settings) -> Iterator[tuple[list[Step], np.ndarray]]:
         """Teacher forcing chunk by chunk: ([c] forced steps of ids[1:], [c, V] float32 scores they were read
