@@ -121,3 +121,68 @@ def test_a_steps_ranks_and_entropy_found_without_a_pass_over_the_vocabulary_are_
         assert step.model_rank == ranking.model_rank(scores, token)
         assert (step.entropy, step.surprisal) == raw_entropy_and_surprisal(scores, softmax(scores), token)
         assert np.array_equal(dists.raw, softmax(scores))
+
+
+def merging_best(seed):
+    """A 49,152-token row whose best few dozen scores are 3.0 and the float32 just below it, which a
+    temperature of 0.7 merges into one value (2.9999998 / 0.7 == 3.0 / 0.7)."""
+    rng = np.random.default_rng(seed)
+    row = rng.standard_normal(49_152).astype(np.float32) / 3  # all below 3
+    best = rng.choice(49_152, rng.integers(2, 100), replace=False)
+    row[best] = rng.choice(np.float32([3.0, np.nextafter(np.float32(3.0), np.float32(0))]), len(best))
+    return row
+
+
+@settings(max_examples=200, deadline=None)
+@given(scores=st.one_of(long_rows(), st.integers(0, 2**32 - 1).map(merging_best)),
+       m=st.sampled_from([2, 20, 64, 200]), below=st.integers(1, 200),
+       t=st.sampled_from([1.0, 0.7, 0.7, 0.8, 1.5]))  # fmt: skip
+def test_the_top_found_among_the_leaders_is_the_whole_rows_or_nothing(scores, m, below, t):
+    """top_ids_among ranks only the raw best m, also on the row divided by a temperature (which keeps their
+    order but can tie neighbours one float32 step apart, the lower id first): what it finds is the whole row's
+    ranking; where ties at the leaders' floor leave that open, it finds nothing (the caller ranks the row)."""
+    n, leaders = max(1, m - below), top_ids(scores, m)
+    divided = scores / np.float32(t)
+    found = ranking.top_ids_among(divided, leaders, n)
+    if found is not None:
+        assert found.tolist() == stable_ranking(divided, n)
+    if n < m and np.isfinite(scores).all() and len(np.unique(scores)) == len(scores) and t == 1.0:
+        assert found is not None  # distinct scores: settled among the leaders
+
+
+@settings(max_examples=150, deadline=None)
+@given(chain=chains, size=st.sampled_from([96, 5000, 49_152]), kind=st.sampled_from(["ties", "spread"]),
+       seed=st.integers(0, 2**32 - 1))  # fmt: skip
+def test_a_chain_given_the_raw_leaders_gives_the_same_rows_bit_for_bit(chain, size, kind, seed):
+    """StepMaker hands the chain the raw ranking's first 64 ids (the top-k stage and top-p rank among them):
+    every stage's row is the one the chain gives ranking the whole row."""
+    from engine.core.sampling import chain as chain_of
+    from engine.core.sampling import run_chain
+
+    scores = rows_with_ties(np.random.default_rng(seed), size, kind)
+    stages, raw = chain_of(Settings(**chain)), softmax(scores)
+    plain, led = run_chain(stages, scores, raw), run_chain(stages, scores, raw, leaders=top_ids(scores, 64))
+    assert list(plain) == list(led)
+    for name, row in plain.items():
+        other = led[name]
+        assert np.array_equal(row.logits, other.logits) and np.array_equal(row.probs, other.probs), name
+        assert (row.ids is None) == (other.ids is None) and (row.ids is None or np.array_equal(row.ids, other.ids))
+
+
+@given(size=st.integers(1, 300), seed=st.integers(0, 2**32 - 1))
+def test_a_short_kept_rows_lists_read_as_its_arrays(size, seed):
+    """Row.at and Row.rank read a kept row of up to SHORT_ROW tokens through lists: the same numbers as the
+    arrays give (scores with ties and -inf; tokens in the row and not)."""
+    from engine.core.sampling import Row
+
+    rng = np.random.default_rng(seed)
+    ids = np.sort(rng.choice(1000, size, replace=False))
+    logits = rng.choice(np.float32([-np.inf, -1.0, 0.0, 0.5, 2.0]), size)
+    row = Row(logits, rng.random(size).astype(np.float32), 1000, ids)
+    asked = rng.integers(0, 1000, 30).tolist() + ids[:5].tolist()
+    assert row.at(asked) == (row.logits_at(asked).tolist(), row.probs_at(asked).tolist())
+    for token in asked:
+        at, inside = row.positions([token])
+        counted = 0 if not inside[0] or logits[at[0]] == -np.inf else ranking.model_rank(logits, int(at[0]))
+        assert row.rank(token) == counted
+        assert row.probability(token) == float(row.probs_at([token])[0])

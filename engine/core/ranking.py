@@ -27,6 +27,17 @@ def top_ids(scores, n: int):  # [V] -> [min(n, V)] ids: highest score first, tie
     return ids[np.argsort(-values, kind="stable")[:n]] if len(ids) <= SORTED_UP_TO else ids[_ranked_best(values, n)]
 
 
+def top_ids_among(scores, leaders, n: int):  # [V], [m] ids -> [n] ids, or None
+    """The n best of scores (ranked as top_ids ranks) found among `leaders`: ids whose scores are each >= every
+    other id's (a row's best m, or any order-keeping image of them). None where that cannot settle it: n >= m,
+    or the n-th best ties the leaders' floor (an id outside may tie it with a lower id)."""
+    if n >= len(leaders):
+        return None
+    values = scores[leaders]  # [m]
+    order = np.lexsort((leaders, -values))  # best first, ties to the lower id
+    return leaders[order[:n]] if values[order[n - 1]] > values.min() else None
+
+
 def _ranked_best(scores, n: int):  # [m] -> [n] positions (n <= m): highest first, ties to the lower position
     size = len(scores)
     threshold = np.partition(scores, size - n)[size - n]  # the n-th highest score

@@ -35,6 +35,7 @@ replay. `chain(settings)` is a tuple of named `Stage`s; `run_chain` gives the `R
 (engine/core/steps.py's `Distributions`).
 """
 
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -42,7 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from engine.core import filters, penalties
-from engine.core.ranking import model_rank, top_ids
+from engine.core.ranking import model_rank, top_ids, top_ids_among
 from engine.core.settings import Settings
 
 
@@ -60,18 +61,22 @@ def _normalised_exp(shifted, in_place: bool):
     return e
 
 
-def top_p_positions(probs, scores, p: float):
-    """The smallest prefix of the ranking whose probabilities sum to >= p. The prefix is found in growing
+def top_p_positions(row: "Row", p: float):
+    """The smallest prefix of the row's ranking whose probabilities sum to >= p. The prefix is found in growing
     slices of the ranking, so a small nucleus never sorts the whole vocabulary."""
-    n = 64
+    n, probs = 64, row.probs
     while True:
-        ids = top_ids(scores, n)
+        ids = row.top(n)
         cumulative = np.cumsum(probs[ids])
         if cumulative[-1] >= p or len(ids) == len(probs):
             break
         n *= 8
     count = int(np.searchsorted(cumulative, p, side="left")) + 1  # first prefix with sum >= p
     return ids[: min(count, len(ids))]
+
+
+SHORT_ROW = 256  # a kept row up to this long is read through Python lists (Row.at, Row.rank)
+_ABSENT = (-math.inf, 0.0)  # a token not in a row: its score and probability
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,13 @@ class Row:
     probs: np.ndarray  # [n] float32, softmax of logits
     vocab: int  # V
     ids: np.ndarray | None = None  # [n] token ids ascending; None: every token (n = V)
+    # [m] positions whose scores are each >= every other position's (the raw scores' best, kept through the
+    # temperature, which keeps their order): the row's top n found among them, not in a pass over the row
+    leaders: np.ndarray | None = None
+
+    def top(self, n: int) -> np.ndarray:  # -> [min(n, len)] positions, best first, ties to the lower position
+        found = None if self.leaders is None else top_ids_among(self.logits, self.leaders, n)
+        return top_ids(self.logits, n) if found is None else found
 
     def token_ids(self) -> np.ndarray:  # [n]
         return np.arange(self.vocab) if self.ids is None else self.ids
@@ -106,13 +118,22 @@ class Row:
     def probability(self, token_id: int) -> float:  # 0: not in the row
         if self.ids is None:
             return float(self.probs[token_id])
-        return float(self.probs_at([token_id])[0])
+        return self.at([token_id])[1][0]
 
     def logits_at(self, token_ids) -> np.ndarray:  # [m] ids -> [m] scores (-inf: not in the row)
         if self.ids is None:
             return self.logits[np.asarray(token_ids)]
         at, inside = self.positions(token_ids)
         return np.where(inside, self.logits[at], np.float32(-np.inf))
+
+    def at(self, token_ids: list[int]) -> tuple[list[float], list[float]]:
+        """The tokens' scores and probabilities as lists (-inf and 0 where not in the row). A short kept row is
+        read through a dict: on 40 tokens numpy's cost per call is most of the time."""
+        if self.ids is None or len(self.ids) > SHORT_ROW:
+            return self.logits_at(token_ids).tolist(), self.probs_at(token_ids).tolist()
+        where = dict(zip(self.ids.tolist(), zip(self.logits.tolist(), self.probs.tolist())))
+        pairs = [where.get(token_id, _ABSENT) for token_id in token_ids]
+        return [score for score, _ in pairs], [p for _, p in pairs]
 
     def dense_logits(self) -> np.ndarray:  # [V], -inf for the tokens not in the row
         if self.ids is None:
@@ -123,6 +144,14 @@ class Row:
 
     def rank(self, token_id: int) -> int:
         """The token's rank by score in this row (1 = best, ties to the lower id); 0 when it is not in it."""
+        if self.ids is not None and len(self.ids) <= SHORT_ROW:  # as model_rank counts, in lists (see `at`)
+            scores = self.logits.tolist()
+            try:
+                at = self.ids.tolist().index(token_id)
+            except ValueError:
+                return 0
+            score = scores[at]
+            return 0 if score == -math.inf else 1 + sum(x > score for x in scores) + scores[:at].count(score)
         (at,), (inside,) = self.positions([token_id])
         if not inside or np.isneginf(self.logits[at]):
             return 0
@@ -263,8 +292,11 @@ def _temperature(row: Row, t: float, greedy_here: bool) -> Row:
         return _best(row, contract=True) if greedy_here else row  # else greedy chooses after the chain
     if t == 1:
         return row  # the plain softmax is reused as is: identical
-    logits = row.logits / np.float32(t)
-    return Row(logits, softmax(logits), row.vocab, row.ids)
+    logits = row.logits / np.float32(t)  # dividing by t > 0 keeps the order: the leaders still lead
+    if row.leaders is None:
+        return Row(logits, softmax(logits), row.vocab, row.ids)
+    probs = _normalised_exp(logits - logits[row.leaders].max(), in_place=True)  # softmax(logits), its max known
+    return Row(logits, probs, row.vocab, row.ids, row.leaders)
 
 
 GREEDY = "greedy"  # the last stage at temperature 0: the best token of what the chain left
@@ -282,9 +314,8 @@ def chain(settings: Settings) -> tuple[Stage, ...]:
         "dry": lambda row, given: on_scores(row, lambda x: penalties.dry_change(
             x, given.history, s.dry_multiplier, s.dry_base, s.dry_allowed_length, s.dry_last_n, given.dry_breakers)),
         "temperature": lambda row, given: _temperature(row, s.temperature, s.greedy_at == "temperature"),
-        "top_k": lambda row, given: row if s.top_k is None else kept(row, top_ids(row.logits, s.top_k), True),
-        "top_p": lambda row, given: row if s.top_p in (None, 1) else kept(
-            row, top_p_positions(row.probs, row.logits, s.top_p), True),
+        "top_k": lambda row, given: row if s.top_k is None else kept(row, row.top(s.top_k), True),
+        "top_p": lambda row, given: row if s.top_p in (None, 1) else kept(row, top_p_positions(row, s.top_p), True),
         "min_p": lambda row, given: row if not s.min_p else kept(
             row, np.flatnonzero(row.probs >= s.min_p * row.probs.max()), True),
         "top_n_sigma": lambda row, given: _kept_or_row(row, filters.top_n_sigma_kept(row.logits, s.top_n_sigma)),
@@ -301,10 +332,10 @@ def chain(settings: Settings) -> tuple[Stage, ...]:
 STAGE_NAMES = tuple(stage.name for stage in chain(Settings()))  # the contract's chain (greedy last), in order
 
 
-def run_chain(stages: tuple[Stage, ...], scores, raw, given: ChainInput = NO_INPUT) -> dict[str, Row]:
+def run_chain(stages: tuple[Stage, ...], scores, raw, given: ChainInput = NO_INPUT, leaders=None) -> dict[str, Row]:
     """-> {stage name: the row after it}, in the chain's order; the last is what the draw uses.
-    raw: softmax(scores), the chain's input."""
-    after, row = {}, Row(scores, raw, len(scores))
+    raw: softmax(scores), the chain's input; leaders: the scores' best ids where the caller ranked them (Row)."""
+    after, row = {}, Row(scores, raw, len(scores), None, leaders)
     if given.healing is not None:  # first: what the model wants, among the tokens that keep to the text
         row = after["healing"] = kept(row, given.healing)
     if given.grammar is not None:  # then what the grammar allows (where it allows nothing, the end tokens)

@@ -10,6 +10,7 @@ from engine.core.sampling import GREEDY, NO_INPUT, ChainInput, Row, chain, run_c
 from engine.core.settings import CONTRACT_ORDER, Settings
 
 TOP_CANDIDATES = 20  # candidates kept per step: the chart's bars
+LEADERS = 64  # the raw ranking's first ids taken at each step: the candidates, and top-k / top-p within them
 SOURCES = ("model", "forced", "rule", "tool", "expanded")  # expanded: chosen by a tree expansion, not drawn
 # the stages that keep only a prefix of the raw ranking (greedy after them keeps its first)
 CONTRACT_STAGES = {*CONTRACT_ORDER, GREEDY}
@@ -135,12 +136,12 @@ def stage_records(rows: dict, top) -> tuple[tuple, tuple]:
     """Candidates' stages and removed_by for the tokens `top` ([k] ids, most likely first) from the chain's rows:
     (stage name, their probabilities after it) in order, and per token the first stage that removed it (or None)."""
     removed = {}  # candidate index -> the first stage that removed it
-    stages, row_before = [], None
+    stages, row_before, top = [], None, top.tolist()
     for name, row in rows.items():
         if row is not row_before:  # a stage that changed nothing gave the row it was given: read it once
-            scores = row.logits_at(top).tolist()
+            scores, probs = row.at(top)
             gone = [i for i, x in enumerate(scores) if x == -math.inf] if -math.inf in scores else ()
-            probs, row_before = tuple(row.probs_at(top).tolist()), row
+            probs, row_before = tuple(probs), row
         for index in gone:
             removed.setdefault(index, name)
         stages.append((name, probs))
@@ -178,8 +179,9 @@ class StepMaker:
         raw = softmax_of_shifted(shifted)
         log_z, entropy = raw_entropy_parts(raw[best], shifted, raw)
         del shifted  # before the chain: its memory serves the stages' arrays (fresh pages are costly)
-        rows = run_chain(self.chain, scores, raw, given)
-        raw_top = top_ids(scores, TOP_CANDIDATES)
+        leaders = top_ids(scores, LEADERS)  # one ranking pass, shared by the candidates and the top-k stage
+        rows = run_chain(self.chain, scores, raw, given, leaders)
+        raw_top = leaders[:TOP_CANDIDATES]
         top = candidate_ids(scores, rows, raw_top)
         return filled(Distributions, top=top, raw=raw, rows=rows, raw_top=raw_top, log_z=log_z, entropy=entropy)
 
