@@ -174,12 +174,12 @@ class StepMaker:
         return text
 
     def distributions(self, scores, given: ChainInput = NO_INPUT) -> Distributions:
-        best = int(scores.argmax())
+        leaders = top_ids(scores, LEADERS)  # one ranking pass, shared by the candidates and the top-k stage
+        best = int(leaders[0])  # the argmax (ties to the lower id)
         shifted = scores - scores[best]  # [V] <= 0: the softmax's first step, kept for the entropy
         raw = softmax_of_shifted(shifted)
         log_z, entropy = raw_entropy_parts(raw[best], shifted, raw)
         del shifted  # before the chain: its memory serves the stages' arrays (fresh pages are costly)
-        leaders = top_ids(scores, LEADERS)  # one ranking pass, shared by the candidates and the top-k stage
         rows = run_chain(self.chain, scores, raw, given, leaders)
         raw_top = leaders[:TOP_CANDIDATES]
         top = candidate_ids(scores, rows, raw_top)
