@@ -284,7 +284,8 @@ def _allowed(row: Row, token_ids) -> Row:
 
 def _best(row: Row, contract: bool = False) -> Row:
     """Only the best score (the lowest id of ties: positions follow token ids), with probability 1."""
-    return kept(row, [int(np.argmax(row.logits))], contract)
+    found = None if row.leaders is None else top_ids_among(row.logits, row.leaders, 1)
+    return kept(row, [int(np.argmax(row.logits)) if found is None else int(found[0])], contract)
 
 
 def _temperature(row: Row, t: float, greedy_here: bool) -> Row:
