@@ -135,19 +135,19 @@ class Step:
 def stage_records(rows: dict, top) -> tuple[tuple, tuple]:
     """Candidates' stages and removed_by for the tokens `top` ([k] ids, most likely first) from the chain's rows:
     (stage name, their probabilities after it) in order, and per token the first stage that removed it (or None)."""
-    removed = {}  # candidate index -> the first stage that removed it
-    stages, row_before, top = [], None, top.tolist()
+    top = top.tolist()
+    removed_by = [None] * len(top)  # the first stage that removed each
+    stages, row_before = [], None
     for name, row in rows.items():
         if row is not row_before:  # a stage that changed nothing gave the row it was given: read it once
             scores, probs = row.at(top)
-            gone = [i for i, x in enumerate(scores) if x == -math.inf] if -math.inf in scores else ()
             probs, row_before = tuple(probs), row
-        for index in gone:
-            removed.setdefault(index, name)
+            if -math.inf in scores:  # removed here, or before (then already named)
+                for index, score in enumerate(scores):
+                    if score == -math.inf and removed_by[index] is None:
+                        removed_by[index] = name
         stages.append((name, probs))
-    if not removed:
-        return tuple(stages), (None,) * len(top)
-    return tuple(stages), tuple(removed.get(i) for i in range(len(top)))
+    return tuple(stages), tuple(removed_by)
 
 
 def filled(record_class, **fields):
