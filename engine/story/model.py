@@ -84,13 +84,30 @@ def _f32(value: float) -> np.ndarray:  # a 0-d float32 array (never written to)
 
 
 _EPS, _GELU_CUBE, _GELU_C, _ONE, _HALF = (_f32(v) for v in (LAYER_NORM_EPS, GELU_C * 0.044715, GELU_C, 1.0, 0.5))
+_EPS_SCALAR = np.float32(LAYER_NORM_EPS)  # a float32 scalar: _layer_norm_one's
+
+
+@functools.cache
+def _inverse(d: int) -> np.float32:  # 1 / d as a float32 scalar (the value _f32(1.0 / d) holds)
+    return np.float32(1.0 / d)
 
 
 def layer_norm(x, g, b):  # [..., d] -> [..., d]
+    if x.ndim == 2 and len(x) == 1:
+        return _layer_norm_one(x, g, b)
     inv_d = _f32(1.0 / x.shape[-1])  # sums times 1/d: ndarray.mean costs 4x more per call on one row
     centered = x - _sum(x, axis=-1, keepdims=True) * inv_d
     var = _sum(centered * centered, axis=-1, keepdims=True) * inv_d
     return centered / np.sqrt(var + _EPS) * g + b
+
+
+def _layer_norm_one(x, g, b):  # [1, d] -> [1, d]: layer_norm of one position (a decode step), the same bits
+    """The mean and variance as float32 scalars: numpy's arithmetic on two scalars costs a tenth of a ufunc call,
+    and a row minus (or over) a scalar less than over a [1, 1] array (19 -> 13 us a call here)."""
+    inv_d = _inverse(x.shape[-1])
+    centered = x - _sum(x[0]) * inv_d
+    var = _sum((centered * centered)[0]) * inv_d
+    return centered / np.sqrt(var + _EPS_SCALAR) * g + b
 
 
 def gelu(x):  # [...] -> [...], the tanh approximation GPT-2 uses: 0.5 x (1 + tanh(c (x + 0.044715 x^3)))
