@@ -74,3 +74,21 @@ def test_config_is_frozen_and_validated():
         Config(d_model=10, n_heads=3)
     with pytest.raises(ValueError, match="positive int"):
         Config(vocab_size=0)
+
+
+def test_one_positions_shortcuts_give_the_general_paths_bits():
+    """A decode step's layer norm (float32 scalars), q, k, v split and heads merged (one reshape) are the general
+    functions' results bit for bit: recorded traces replay through either."""
+    from engine.story.model import layer_norm, merge_heads, split_qkv
+
+    rng = np.random.default_rng(0)
+    g, b = (rng.standard_normal((1, 128)).astype(np.float32) for _ in range(2))
+    for scale in (1e-3, 1.0, 30.0):
+        rows = (rng.standard_normal((200, 128)) * scale + rng.uniform(-5, 5, (200, 1))).astype(np.float32)
+        each = np.concatenate([layer_norm(row[None], g, b) for row in rows])
+        assert each.tobytes() == layer_norm(rows[:, None], g, b)[:, 0].tobytes()  # [200, 1, d]: the general path
+    qkv = rng.standard_normal((1, 384)).astype(np.float32)
+    general = split_qkv(qkv[None], 8)  # [1, 1, 3d]: the general path, a batch of one
+    assert all(np.array_equal(one, many[0]) for one, many in zip(split_qkv(qkv, 8), general, strict=True))
+    heads = rng.standard_normal((8, 1, 16)).astype(np.float32)
+    assert np.array_equal(merge_heads(heads), merge_heads(heads[None])[0])

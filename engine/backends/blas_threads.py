@@ -98,27 +98,26 @@ class _Held:
     def __init__(self):
         self.lock = threading.Lock()
         self.passes = 0
-        self.previous: list[tuple[int, int]] = []  # (count before the first pass, count set) per library
+        self.restore: list[tuple] = []  # (set function, count before the first pass) of each library it lowered
 
     def enter(self, count: int) -> None:
         with self.lock:
             if self.passes == 0:
-                self.previous = []
+                restore = []
                 for get, set_ in _blas_libraries():
                     before = get()
-                    limit = min(before, count)  # never more than allowed before (OPENBLAS_NUM_THREADS, threadpoolctl)
-                    if limit != before:
-                        set_(limit)
-                    self.previous.append((before, limit))
+                    if before > count:  # never more than allowed before (OPENBLAS_NUM_THREADS, threadpoolctl)
+                        set_(count)
+                        restore.append((set_, before))
+                self.restore = restore
             self.passes += 1
 
     def exit(self) -> None:
         with self.lock:
             self.passes -= 1
             if self.passes == 0:
-                for (_get, set_), (before, limit) in zip(_blas_libraries(), self.previous, strict=True):
-                    if limit != before:
-                        set_(before)
+                for set_, before in self.restore:
+                    set_(before)
 
 
 _held = _Held()

@@ -347,7 +347,8 @@ class LocalContext:
     def _check_finite(rows, position: int, by_row: bool = False) -> None:
         """A ValueError where the model gave a non-finite score (position: the first row's, by_row: the rows are
         consecutive positions)."""
-        if not np.isfinite(rows).all():  # one check of the whole pass; which row only when one is bad
+        # one check of the whole pass (count_nonzero: a third of all()'s cost on a row); which row only when one is bad
+        if np.count_nonzero(np.isfinite(rows)) < rows.size:
             finite = np.isfinite(rows).all(axis=-1)
             position += int(np.argmin(finite)) if by_row else 0
             raise ValueError(

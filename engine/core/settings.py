@@ -8,6 +8,7 @@ stored as a plain int, float, str, None or tuple of them, whatever type it came 
 
 import math
 from dataclasses import asdict, dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -134,11 +135,15 @@ class Settings:
     def active(self, stage: str) -> bool:
         """Whether a stage runs with these settings: the contract's four whenever the order holds them (as
         no-ops where neutral, so that every step records them), the others where their settings are on."""
-        return stage in self.samplers and (stage in CONTRACT_ORDER or self._on(stage))
+        return stage in self._active_stages
+
+    @cached_property  # found once per Settings (frozen): each step asks for XTC, DRY and the penalties
+    def _active_stages(self) -> frozenset[str]:
+        return frozenset(stage for stage in self.samplers if stage in CONTRACT_ORDER or self._on(stage))
 
     def _on(self, stage: str) -> bool:
         """Whether a stage's settings do anything (temperature always does: it decides greedy or sampled)."""
-        return _STAGE_ON[stage](self)  # only the one asked for: each step asks for XTC and DRY
+        return _STAGE_ON[stage](self)
 
     def to_dict(self) -> dict:
         data = asdict(self)

