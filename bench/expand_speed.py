@@ -9,10 +9,15 @@ Then issue 30's goal, cost per node flat as the tree grows: SmolLM2's ms per nod
 fed per node) at 100 / 1,000 / 5,000 nodes (top 3 children, raw model, deep enough that the budget cuts
 the last level), the sizes interleaved round by round.
 
-    python bench/expand_speed.py [--rounds 3] [--scaling-rounds 2] [--no-llamacpp]
+    python bench/expand_speed.py [--rounds 3] [--scaling-rounds 2] [--no-llamacpp] [--scaling-only]
+
+The scaling table's last column is a hash of each tree (every node's parent and step record): run it in a
+clone of main too, the same hashes say the trees are the same, bit for bit.
 """
 
 import argparse
+import hashlib
+import pickle
 import time
 
 from threadpoolctl import threadpool_limits
@@ -66,26 +71,35 @@ def measure(model, prompt: str, nodes: int, top_k: int, depth: int, rounds: int,
         result = session.expand(top_k=top_k, depth=depth, budget=nodes, raw=settings.get("temperature", 0) == 0)
         times.append(time.perf_counter() - start)
     from_prompt = sum(len(session.tree.path(n)) - 1 + len(session.prompt_ids) for n in result.nodes)
+    tree = tree_hash(session, result.nodes)
     del model.forward_cached
     model.__dict__.pop("forward_branches", None)
-    return times, result, fed[0], from_prompt, fed[1]  # fed[1]: the nodes whose row was read
+    return times, result, fed[0], from_prompt, fed[1], tree  # fed[1]: the nodes whose row was read
+
+
+def tree_hash(session, nodes) -> str:
+    """A hash of these nodes of the tree: each one's parent and step record, bit for bit."""
+    records = [(session.tree.nodes[n].parent, session.tree.nodes[n].step.to_dict()) for n in nodes]
+    return hashlib.sha256(pickle.dumps(records)).hexdigest()[:12]
 
 
 def scaling(model, rounds: int) -> None:
     """ms per node at each of SCALING's sizes, the sizes interleaved round by round; rows read and tokens
-    fed are the same every round."""
+    fed are the same every round, and so is the tree."""
     times, counts = {nodes: [] for nodes in SCALING}, {}
     for _ in range(rounds):
         for nodes in SCALING:
-            seconds, result, fed, _naive, reads = measure(model, SCALING_PROMPT, nodes, 3, 10, 1, {})
+            seconds, result, fed, _naive, reads, tree = measure(model, SCALING_PROMPT, nodes, 3, 10, 1, {})
             times[nodes].append(seconds[0] * 1000 / len(result.nodes))
-            counts[nodes] = (reads / len(result.nodes), fed / len(result.nodes), result.levels)
-    print("\n| SmolLM2 nodes | ms per node | ms per row read | rows read per node | tokens fed per node | levels |")
-    print("|---|---|---|---|---|---|")
+            counts[nodes] = (reads / len(result.nodes), fed / len(result.nodes), result.levels, tree)
+    print(
+        "\n| SmolLM2 nodes | ms per node | ms per row read | rows read per node | tokens fed per node | levels | tree |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for nodes in SCALING:
-        per_node, (reads, fed, levels) = times[nodes], counts[nodes]
+        per_node, (reads, fed, levels, tree) = times[nodes], counts[nodes]
         print(f"| {nodes:,} | {min(per_node):.1f}-{max(per_node):.1f} | {min(per_node) / reads:.1f}-"
-              f"{max(per_node) / reads:.1f} | {reads:.2f} | {fed:.2f} | {levels} |")  # fmt: skip
+              f"{max(per_node) / reads:.1f} | {reads:.2f} | {fed:.2f} | {levels} | {tree} |")  # fmt: skip
 
 
 def main() -> None:
@@ -93,12 +107,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--scaling-rounds", type=int, default=2)
     parser.add_argument("--no-llamacpp", action="store_true")
+    parser.add_argument("--scaling-only", action="store_true", help="only SmolLM2's ms per node at 100 / 1,000 / 5,000")
     args = parser.parse_args()
-    print(
-        "| model | mode | nodes (rows read) | levels | seconds | goal | tokens fed | fed if each node came from the prompt |"
-    )
-    print("|---|---|---|---|---|---|---|---|")
+    if not args.scaling_only:
+        print(
+            "| model | mode | nodes (rows read) | levels | seconds | goal | tokens fed | fed if each node came from the prompt |"
+        )
+        print("|---|---|---|---|---|---|---|---|")
     for name, prompt, nodes, top_k, depth in CASES:
+        if name != "smollm2" and args.scaling_only:
+            continue
         if name == "smollm2":
             if args.no_llamacpp:
                 continue
@@ -107,17 +125,18 @@ def main() -> None:
         else:
             model, goal = engine.load_model(), 1.0
         with threadpool_limits(1):
-            for mode, settings in (
-                ("raw model", {}),
-                ("chain, temperature 1, top-k 40", dict(temperature=1.0, top_k=40)),
-            ):
-                times, result, fed, naive, reads = measure(model, prompt, nodes, top_k, depth, args.rounds, settings)
+            modes = (("raw model", {}), ("chain, temperature 1, top-k 40", dict(temperature=1.0, top_k=40)))
+            for mode, settings in () if args.scaling_only else modes:
+                times, result, fed, naive, reads, _tree = measure(
+                    model, prompt, nodes, top_k, depth, args.rounds, settings
+                )
                 print(f"| {name} | {mode} | {len(result.nodes)} ({reads} read) | {result.levels} | "
                       f"{min(times):.2f}-{max(times):.2f} | {goal:g} | {fed} | {naive} |")  # fmt: skip
             if name == "smollm2" and args.scaling_rounds > 0:
                 scaling(model, args.scaling_rounds)
         model.close()
-    print(f"command: python bench/expand_speed.py --rounds {args.rounds} --scaling-rounds {args.scaling_rounds}")
+    only = " --scaling-only" if args.scaling_only else ""
+    print(f"command: python bench/expand_speed.py --rounds {args.rounds} --scaling-rounds {args.scaling_rounds}{only}")
 
 
 if __name__ == "__main__":
