@@ -67,9 +67,10 @@ def measure(model, prompt: str, nodes: int, top_k: int, depth: int, rounds: int,
         session = engine.Session(model, prompt, max_new_tokens=4, **settings)
         session.run()
         fed[:] = [0, 0]
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         result = session.expand(top_k=top_k, depth=depth, budget=nodes, raw=settings.get("temperature", 0) == 0)
         times.append(time.perf_counter() - start)
+        measure.cpu = time.process_time() - cpu  # this process's CPU time (llama.cpp at 1 thread: its pass)
     from_prompt = sum(len(session.tree.path(n)) - 1 + len(session.prompt_ids) for n in result.nodes)
     tree = tree_hash(session, result.nodes)
     del model.forward_cached
@@ -86,19 +87,21 @@ def tree_hash(session, nodes) -> str:
 def scaling(model, rounds: int) -> None:
     """ms per node at each of SCALING's sizes, the sizes interleaved round by round; rows read and tokens
     fed are the same every round, and so is the tree."""
-    times, counts = {nodes: [] for nodes in SCALING}, {}
+    times, cpu, counts = {nodes: [] for nodes in SCALING}, {nodes: [] for nodes in SCALING}, {}
     for _ in range(rounds):
         for nodes in SCALING:
             seconds, result, fed, _naive, reads, tree = measure(model, SCALING_PROMPT, nodes, 3, 10, 1, {})
             times[nodes].append(seconds[0] * 1000 / len(result.nodes))
+            cpu[nodes].append(measure.cpu * 1000 / len(result.nodes))
             counts[nodes] = (reads / len(result.nodes), fed / len(result.nodes), result.levels, tree)
     print(
-        "\n| SmolLM2 nodes | ms per node | ms per row read | rows read per node | tokens fed per node | levels | tree |"
+        "\n| SmolLM2 nodes | ms per node | CPU ms per node | ms per row read | rows read per node | tokens fed per node | levels | tree |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for nodes in SCALING:
         per_node, (reads, fed, levels, tree) = times[nodes], counts[nodes]
-        print(f"| {nodes:,} | {min(per_node):.1f}-{max(per_node):.1f} | {min(per_node) / reads:.1f}-"
+        print(f"| {nodes:,} | {min(per_node):.1f}-{max(per_node):.1f} | {min(cpu[nodes]):.1f}-{max(cpu[nodes]):.1f} | "
+              f"{min(per_node) / reads:.1f}-"
               f"{max(per_node) / reads:.1f} | {reads:.2f} | {fed:.2f} | {levels} | {tree} |")  # fmt: skip
 
 
