@@ -77,15 +77,15 @@ def window(qtbot, story_model, prefs):
 
 @contextmanager
 def _serve(name: str, command: list[str], ready_url: str, log_path, timeout: float = 120):
-    """Start a server process (output to a file: llama.cpp logs more than a pipe holds), wait until
-    ready_url answers 200, yield, and stop it."""
-    import subprocess
+    """Start a server process (output to a file: llama.cpp logs more than a pipe holds; tied to this test run by
+    tests/tethered.py), wait until ready_url answers 200, yield, and stop it."""
     import time
 
     import httpx
+    import tethered
 
     with open(log_path, "w") as log:
-        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        server = tethered.start(command, log)
     deadline = time.monotonic() + timeout
     try:
         while True:
@@ -101,12 +101,7 @@ def _serve(name: str, command: list[str], ready_url: str, log_path, timeout: flo
             time.sleep(0.5)
         yield
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        tethered.stop(server, grace=10)
 
 
 @pytest.fixture(scope="session")

@@ -17,19 +17,20 @@ By hand:
    for the distribution "vllm") on a free loopback port, float32, 2048 positions, 50 log-probabilities,
    1 GiB of KV cache, --enforce-eager: without it vLLM's torch.compile warm-up makes start-up 155-257 s
    instead of ~60 s here, for no gain at this size. Waited for until /v1/models answers (VLLM_START_TIMEOUT).
-3. Torn down with its process group (the API server, its engine core and its worker).
+3. Torn down with its process group (the API server, its engine core and its worker), under tests/tethered.py's
+   watcher: a test run killed by a signal takes its servers with it.
 """
 
 import hashlib
 import os
 import shutil
-import signal
 import subprocess
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import tethered
 from local_servers import free_port, locked
 from vllm_setup import installed_python
 
@@ -107,7 +108,7 @@ def serve_vllm(python: str, folder: Path, log_path: Path, timeout: float = VLLM_
                "--served-model-name", SERVED_NAME, *SERVER_ARGS, *extra, "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
     with open(log_path, "w") as log:
-        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        server = tethered.start(command, log, env)
     started = time.monotonic()
     try:
         while True:
@@ -124,33 +125,7 @@ def serve_vllm(python: str, folder: Path, log_path: Path, timeout: float = VLLM_
             time.sleep(1)
         yield url
     finally:
-        _stop(server)
-
-
-def _stop(server: subprocess.Popen) -> None:
-    """SIGTERM to the server's process group (the API server shuts its engine core and worker down); SIGKILL
-    to whatever of the group is left after 30 s."""
-    _signal_group(server.pid, signal.SIGTERM)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and (server.poll() is None or _group_alive(server.pid)):
-        time.sleep(0.5)
-    _signal_group(server.pid, signal.SIGKILL)
-    server.wait()
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except ProcessLookupError:
-        pass
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+        tethered.stop(server, grace=30)  # the API server shuts its engine core and worker down
 
 
 def _served(tmp_path_factory, extra=()):
