@@ -5,8 +5,9 @@ needs), in C; engine.score adds each token's record (the top 20 at every stage, 
 
 Issue 30: at 1 and at 2 llama.cpp threads, engine and llama.cpp side by side (interleaved round by round),
 each round with the cores the rest of the machine kept busy; engine.score's passes are score_chunk positions
-large (512 for SmolLM2) and its threads at most the idle cores (LlamaCppCache.use_idle_threads). --chunk N
-forces N positions per pass (128: before issue 30).
+large (512 for SmolLM2), with the model's threads whatever the load (score_chunk in engine/backends/local.py).
+--chunk N forces N positions per pass (128: before issue 30). Run it beside a spinning process (or two) for the
+busy rows: `python -c "while True: pass" &`.
 
     python bench/score_speed.py [--tokens 1000] [--threads 1 2] [--rounds 3] [--chunk N] [--no-numpy]
 """

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from engine.core import penalties
-from engine.core.cpu_load import OtherWork
 from engine.core.healing import healer_for
 from engine.core.sampling import NO_INPUT, ChainInput
 from engine.core.settings import Settings
@@ -30,7 +29,13 @@ def score_chunk(vocab_size: int) -> int:
     """Positions per forward pass when a text is scored: as many rows as SCORE_BYTES holds, from SCORE_CHUNK
     to MAX_SCORE_CHUNK (SmolLM2: 512; Gemma 3's 262,144 scores: 128). Few, large passes: each is one
     llama_decode whose threads wait for each other at every operation, and beside other work 128-row passes
-    at 2 threads took up to 3.8x llama.cpp's one batch of the text."""
+    at 2 threads took up to 3.8x llama.cpp's one batch of the text. The passes compute with the model's threads
+    whatever the load: unlike a one-token decode (engine/backends/llamacpp/threads.py), a pass of hundreds of
+    positions loses little to a thread that waits for its core. SmolLM2, 1,000 tokens at 2 threads
+    (bench/score_speed.py), against the one thread that the cores left idle allowed: beside one spinning
+    process 16.1-16.6 s against 18.9-19.0 s, beside two 21.7 against 26.8 s, beside two bursty ones 14.3 against
+    19.3 s; Gemma 3's 128-position passes beside one spinning process: the same either way (13.0-13.9 s).
+    The scores are the same bit for bit at any thread count (tests/test_score_threads.py)."""
     return max(SCORE_CHUNK, min(MAX_SCORE_CHUNK, SCORE_BYTES // (4 * vocab_size)))
 
 
@@ -159,17 +164,13 @@ class LocalContext:
         scores would be 1 GB); engine.compare reads two models' rows side by side."""
         maker = self._maker_for(settings)
         llama_cpp = hasattr(self.cache, "size_for")
-        if llama_cpp:  # a context as large as the text, made much sooner,
+        if llama_cpp:  # a context as large as the text, made much sooner (the model's threads: see score_chunk)
             self.cache.size_for(len(ids))
-            self.cache.use_idle_threads()  # and no more threads than the machine has idle cores now
-            other_work = OtherWork()  # and again before each pass after the first: the load comes and goes
         self.truncate(0)
         text_ids = np.asarray(ids, dtype=np.int64)  # each step's history is a view of it
         chunk = score_chunk(self.model.vocab_size)
         try:
             for start in range(0, len(ids) - 1, chunk):
-                if llama_cpp and start:
-                    self.cache.use_idle_threads(other_work.cores())
                 stop = min(len(ids) - 1, start + chunk)
                 rows = self._forward(list(ids[start:stop]))  # [c, V]
                 steps = [maker.make(row, ids[i + 1], "forced", maker.distributions(row, self._given(text_ids[: i + 1], settings)))

@@ -1,6 +1,5 @@
-"""How many of this process's cores the rest of the machine leaves idle now: the settings trace's workers and
-a scoring pass's llama.cpp threads are never more than those (beside other work, 2 workers were 1.8x slower
-than one, and 2 llama.cpp threads 4-13x: engine/backends/llamacpp/threads.py).
+"""How many of this process's cores the rest of the machine leaves idle now: the settings trace's workers are
+never more than those (beside other work, 2 workers were 1.8x slower than one).
 
 The busy share is measured over a short window from /proc/stat (Linux) while this process sleeps, so that
 its own recent work does not count against it (the load average would count it for a minute); elsewhere the
@@ -44,38 +43,6 @@ def busy_cores(window: float = WINDOW) -> float:
     total, idle = second[0] - first[0], second[1] - first[1]
     machine_cores = os.cpu_count() or 1  # /proc/stat's first line sums every CPU of the machine
     return 0.0 if total <= 0 else machine_cores * (total - idle) / total
-
-
-def idle_cores_now() -> int:
-    return idle_cores(usable_cores(), busy_cores())
-
-
-class OtherWork:
-    """The rest of the machine's work between readings taken while this process computes (a scoring pass's
-    threads), with no sleep: the machine's busy time less this process's own CPU time, over the wall time
-    between readings. The first reading covers the time since the meter was made. Where /proc/stat cannot
-    be read, the 1-minute load average stands in."""
-
-    def __init__(self):
-        self._mark = _work_mark()
-
-    def cores(self) -> float:
-        """Cores' worth of other work since the last reading (or since the meter was made), at least 0."""
-        mark = _work_mark()
-        then, self._mark = self._mark, mark
-        if mark is None or then is None or mark[0] <= then[0]:
-            return os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-        wall, machine, own = (now - before for now, before in zip(mark, then, strict=True))
-        return max(0.0, (machine - own) / wall)
-
-
-def _work_mark() -> tuple[float, float, float] | None:
-    """(wall seconds, the machine's busy CPU seconds, this process's CPU seconds), or None without /proc/stat."""
-    try:
-        total, idle = _cpu_times()
-    except (OSError, ValueError, IndexError):
-        return None
-    return time.monotonic(), (total - idle) / os.sysconf("SC_CLK_TCK"), time.process_time()
 
 
 def _cpu_times() -> tuple[int, int]:

@@ -13,15 +13,9 @@ import numpy as np
 
 from engine.backends.llamacpp import library
 from engine.backends.llamacpp.branches import BRANCHES
-from engine.core.cpu_load import idle_cores, idle_cores_now, usable_cores
 
 MAX_BATCH = 512  # tokens per llama_decode call (a longer feed is decoded in chunks)
 FIRST_POSITIONS = 1024  # a session's context at first (it doubles as its text grows)
-
-
-def threads_for(threads: int, idle: int) -> int:
-    """The threads a pass computes with: those asked for, at most the idle cores, at least one."""
-    return max(1, min(threads, idle))
 
 
 class LlamaCppCache:
@@ -34,7 +28,6 @@ class LlamaCppCache:
         self.positions = min(FIRST_POSITIONS, model.context_length)
         self.batch_size = min(MAX_BATCH, self.positions)
         self.length = 0
-        self.threads = model.threads  # llama.cpp's threads for this context (use_idle_threads: fewer when busy)
         self.head_scales = None  # [layers, heads] (Session.steer_heads): the context runs inside.HeadScaler
         self._scaler = None  # the callback of a context made with head_scales (referenced while it lives)
         self.ctx = self.batch = self.memory = None  # made by opened()
@@ -55,16 +48,6 @@ class LlamaCppCache:
         if self.ctx is None:
             self.positions = max(1, min(positions, self.model.context_length))
             self.batch_size = min(MAX_BATCH, self.positions)
-
-    def use_idle_threads(self, other_work: float | None = None) -> None:
-        """From now on this context computes with the model's threads, at most the cores the rest of the machine
-        leaves idle (a text to score: 2 threads beside other work lost 4-13x, threads.py), at least one.
-        other_work: the cores' worth of other work measured over the last pass; None: measured now."""
-        if self.model.threads > 1:
-            idle = idle_cores_now() if other_work is None else idle_cores(usable_cores(), other_work)
-            self.threads = threads_for(self.model.threads, idle)
-            if self.ctx is not None:
-                self.model.llama.llama_set_n_threads(self.ctx, self.threads, self.threads)
 
     def grow(self, needed: int) -> None:
         """Room for `needed` positions (at most the model's context): a context not made yet is made that large;
@@ -94,7 +77,7 @@ class LlamaCppCache:
         params.n_batch = params.n_ubatch = self.batch_size
         params.n_seq_max = self.sequences  # a tree's branches read in one pass (branches.py)
         params.kv_unified = True  # one buffer: the branches share the text's cells
-        params.n_threads = params.n_threads_batch = self.threads
+        params.n_threads = params.n_threads_batch = self.model.threads
         params.no_perf = True
         if self.head_scales is not None:  # heads scaled: the attention weights as a tensor, then the callback
             from engine.backends.llamacpp.inside import HeadScaler, ggml
