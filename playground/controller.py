@@ -69,7 +69,7 @@ class Controller(QObject):
             signal.connect(slot)
         # this QObject's slots: queued, so they run on the GUI thread in the order the worker sent them
         for signal, slot in ((worker.changed, self._on_changed), (worker.notice, self.status),
-                             (worker.stepped, self._on_step), (worker.redraw, self._on_redraw),
+                             (worker.stepsTaken, self._on_steps), (worker.redraw, self._on_redraw),
                              (worker.preview, self._on_preview), (worker.finished, self._on_finished),
                              (worker.paused, self._on_paused), (worker.failed, self._on_failed),
                              (worker.busyChanged, self._on_busy), (worker.speed, self._on_speed)):  # fmt: skip
@@ -253,9 +253,9 @@ class Controller(QObject):
                 "then": then}  # fmt: skip
 
     # --- from the worker -----------------------------------------------------------------------------------------
-    def _on_step(self, step) -> None:
+    def _on_steps(self, steps) -> None:
         if not self.known.discarding:
-            self.feed.pending.append(step)  # all the per-step work: the view takes them once a frame
+            self.feed.pending.extend(steps)  # all the per-step work: the view takes them once a frame
             self.seeding.text_moved()  # a Step, a forced token or an inserted text moves the text on too
 
     def flush(self) -> None:

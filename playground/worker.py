@@ -4,7 +4,8 @@ Commands arrive as queued signals (one slot each). Generation runs in short turn
 loop (a few ms of steps each) and posts the next turn to itself, so a command that arrives mid-generation
 (force a token, insert text) is handled within a few ms; Stop sets a thread-safe flag that is checked
 before every step.
-Every step goes to the GUI as one `stepped` signal; any exception becomes a readable `failed` message.
+Every step is a `stepped` signal, and the steps of each turn go to the GUI together as one `stepsTaken` (it wakes
+once a turn, not once a token); any exception becomes a readable `failed` message.
 
 Only this thread touches the session: after each change it publishes a SessionView (`changed`), and a
 trace for export is made here too, on request (`make_trace`), between two steps.
@@ -53,6 +54,10 @@ class GenerationWorker(QObject):
     changed = Signal(object)  # a SessionView: the session as it is now
     redraw = Signal(str, object)  # (prompt, copy of the steps): the view shows exactly this session
     stepped = Signal(object)  # engine.Step
+    # [engine.Step]: the steps of one turn of generation (or of one command), in order, after their `stepped`s:
+    # what the window listens to, so that it wakes once a turn, not once a token (each wake takes the GIL from
+    # this thread mid-step: a story model's step cost 0.50-0.54 ms CPU in the window against 0.40 ms bare)
+    stepsTaken = Signal(object)
     preview = Signal(object, object)  # (engine.Candidates of the next step or None, why it stopped or None)
     notice = Signal(str)  # why a command cannot be done (not an error: nothing went wrong)
     finished = Signal(str, float)  # stop reason, tokens per second of the run (after its first token)
@@ -133,14 +138,16 @@ class GenerationWorker(QObject):
         commands (force, insert) run between two turns. The stop flag is checked before every step."""
         if not self._generating:
             return
-        deadline = time.perf_counter() + TICK_SECONDS
+        deadline, taken = time.perf_counter() + TICK_SECONDS, []
         while True:
             if self._stop.is_set():
+                self._send(taken)
                 self._finish(STOPPED_BY_YOU)
                 return
             try:
                 step = self.session.step(stream=True)  # a server may stream several tokens per request
             except Exception as error:  # noqa: BLE001 - the message reaches the person; the app stays usable
+                self._send(taken)
                 if self._stop.is_set() and self._work_stopped:  # Stop ended the step (nothing was logged)
                     self._finish(STOPPED_BY_YOU)
                     return
@@ -151,14 +158,24 @@ class GenerationWorker(QObject):
                 self.failed.emit(f"generation failed: {type(error).__name__}: {error}")
                 return
             if step is None:
+                self._send(taken)
                 self._finish(self.session.stopped or STOPPED_BY_YOU)
                 return
+            taken.append(step)
             self.stepped.emit(step)
-            if self.run_clock.stepped():  # throttled: the first token, then a few times a second
+            if self.run_clock.stepped():  # throttled: the first token (shown at once), then a few times a second
+                self._send(taken)
                 self.speed.emit(self.run_clock.figures())
             if time.perf_counter() >= deadline:
                 break
+        self._send(taken)
         QMetaObject.invokeMethod(self, "_tick", Qt.ConnectionType.QueuedConnection)
+
+    def _send(self, taken: list) -> None:
+        """The steps taken since the last send, as one stepsTaken; the list is emptied."""
+        if taken:
+            self.stepsTaken.emit(taken[:])
+            taken.clear()
 
     def _end_run(self) -> None:
         """The run is over: the model works again if Stop stopped it (unless the window is closing)."""
@@ -298,6 +315,7 @@ class GenerationWorker(QObject):
         elif emit:
             for step in steps[before:]:
                 self.stepped.emit(step)
+            self._send(steps[before:])
         if emit and not self._generating:
             self._emit_preview()  # before `paused`: once the GUI hears it, the chart has what comes next
             self.paused.emit()
