@@ -7,7 +7,9 @@ its last token or two with the cache; the cache is truncated to the shared prefi
 
 Then issue 30's goal, cost per node flat as the tree grows: SmolLM2's ms per node (and rows read, tokens
 fed per node) at 100 / 1,000 / 5,000 nodes (top 3 children, raw model, deep enough that the budget cuts
-the last level), the sizes interleaved round by round.
+the last level), the sizes interleaved round by round. Beside the rows read, the rows any exact expansion must
+read for the same tree (rows_needed): where the budget cuts a wide last level, many of its parents' rows must be
+read to find the likeliest children, so the rows per node rise with where the cut falls, not with the engine.
 
     python bench/expand_speed.py [--rounds 3] [--scaling-rounds 2] [--no-llamacpp] [--scaling-only]
 
@@ -71,6 +73,7 @@ def measure(model, prompt: str, nodes: int, top_k: int, depth: int, rounds: int,
         result = session.expand(top_k=top_k, depth=depth, budget=nodes, raw=settings.get("temperature", 0) == 0)
         times.append(time.perf_counter() - start)
         measure.cpu = time.process_time() - cpu  # this process's CPU time (llama.cpp at 1 thread: its pass)
+        measure.session = session
     from_prompt = sum(len(session.tree.path(n)) - 1 + len(session.prompt_ids) for n in result.nodes)
     tree = tree_hash(session, result.nodes)
     del model.forward_cached
@@ -84,6 +87,26 @@ def tree_hash(session, nodes) -> str:
     return hashlib.sha256(pickle.dumps(records)).hexdigest()[:12]
 
 
+def rows_needed(session, result, budget: int) -> int:
+    """The fewest rows any exact expansion reads for this tree (raw model): every node that has children to give
+    (not an end token) on the levels above the last one's parents, and of the last level's parents, where the budget
+    cut that level, each whose own sequence probability p beats the least kept child's: its children's p * q <= p,
+    so the others cannot give a kept child, and whether one of these does is known only from its row."""
+    tree, ends = session.tree, set(session.model.end_token_ids)
+    start = tree.nodes[result.nodes[0]].parent
+    p, level = {start: 1.0}, {start: 0}
+    for node in result.nodes:  # level by level: each after its parent
+        parent = tree.nodes[node].parent
+        p[node] = p[parent] * tree.nodes[node].step.model_probability  # the order expand multiplies in
+        level[node] = level[parent] + 1
+    last = max(level.values())
+    gives = [n for n in level if level[n] < last and (n == start or tree.nodes[n].step.token_id not in ends)]
+    if len(result.nodes) < budget:
+        return len(gives)
+    cut = min(p[n] for n in level if level[n] == last)
+    return sum(1 for n in gives if level[n] < last - 1 or p[n] > cut)
+
+
 def scaling(model, rounds: int) -> None:
     """ms per node at each of SCALING's sizes, the sizes interleaved round by round; rows read and tokens
     fed are the same every round, and so is the tree."""
@@ -94,16 +117,18 @@ def scaling(model, rounds: int) -> None:
             seconds, result, fed, _naive, reads, tree = measure(model, SCALING_PROMPT, nodes, 3, 10, 1, {})
             times[nodes].append(seconds[0] * 1000 / len(result.nodes))
             cpu[nodes].append(measure.cpu * 1000 / len(result.nodes))
-            counts[nodes] = (reads / len(result.nodes), fed / len(result.nodes), result.levels, tree)
+            needed = rows_needed(measure.session, result, nodes) / len(result.nodes)
+            counts[nodes] = (reads / len(result.nodes), needed, fed / len(result.nodes), result.levels, tree)
     print(
-        "\n| SmolLM2 nodes | ms per node | CPU ms per node | ms per row read | rows read per node | tokens fed per node | levels | tree |"
+        "\n| SmolLM2 nodes | ms per node | CPU ms per node | ms per row read | rows read per node | rows needed per node "
+        "| tokens fed per node | levels | tree |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for nodes in SCALING:
-        per_node, (reads, fed, levels, tree) = times[nodes], counts[nodes]
+        per_node, (reads, needed, fed, levels, tree) = times[nodes], counts[nodes]
         print(f"| {nodes:,} | {min(per_node):.1f}-{max(per_node):.1f} | {min(cpu[nodes]):.1f}-{max(cpu[nodes]):.1f} | "
               f"{min(per_node) / reads:.1f}-"
-              f"{max(per_node) / reads:.1f} | {reads:.2f} | {fed:.2f} | {levels} | {tree} |")  # fmt: skip
+              f"{max(per_node) / reads:.1f} | {reads:.2f} | {needed:.2f} | {fed:.2f} | {levels} | {tree} |")  # fmt: skip
 
 
 def main() -> None:
