@@ -8,9 +8,11 @@ step's record, the stage view's top 20) against llama.cpp's own loop in C (llama
 llama_sampler_chain: greedy, or top-k 40, top-p 0.95, temperature 0.8 and dist; no Python per token beyond
 the calls), the prompt excluded from both; the two sides take turns CHUNK tokens at a time, so both see
 the same machine load, and each round's ratio is of its own two sides. The sampled decode runs the engine's
-stages in llama.cpp's order (the reference's chain) and in the contract's (temperature first), in turn. First token: a ~200-token prompt, Session creation (its
-llama_context included) and the first step against llama.cpp's prompt evaluation (llama_decode of the
-prompt + one greedy sample) on a fresh context, with and without creating that context. Ranges over rounds.
+stages in llama.cpp's order (the reference's chain) and in the contract's (temperature first), in turn.
+
+First token: a ~200-token prompt, Session creation (its llama_context included) and the first step against
+llama.cpp's prompt evaluation (llama_decode of the prompt + one greedy sample) on a fresh context, with and
+without creating that context. Ranges over rounds.
 """
 
 import argparse
