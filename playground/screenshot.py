@@ -12,6 +12,7 @@ import argparse
 import os
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -24,6 +25,7 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 import engine  # noqa: E402
 
 from .main_window import MainWindow  # noqa: E402
+from .recovery.autosave import DATA_ENV  # noqa: E402
 
 STORY, STORY_COLOUR = "story model", " blue"  # the picture's first colour, which the story writes again
 STORY_HEAD = (0, 3)  # the head that copies it, 0-based (docs/inside.md: "layer 1 head 4")
@@ -155,6 +157,26 @@ def render(path: Path, model_name: str | None = None, timeout_s: float = 120, si
     if view not in VIEWS:
         raise ValueError(f"view {view!r} is not one of {', '.join(VIEWS)}")
     app = QApplication.instance() or QApplication([])
+    with fresh_window_data():
+        return _render(app, path, model_name, timeout_s, size, view, backend)
+
+
+@contextmanager
+def fresh_window_data():
+    """A picture of a fresh window: its data dir (autosave, running marker) in a folder of its own, as its preferences
+    are (_render), so a person's own session is neither offered in the picture nor marked as taken by it."""
+    before = os.environ.get(DATA_ENV)
+    os.environ[DATA_ENV] = tempfile.mkdtemp(prefix="screenshot-data-")
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[DATA_ENV]
+        else:
+            os.environ[DATA_ENV] = before
+
+
+def _render(app, path: Path, model_name, timeout_s: float, size, view: str, backend) -> Path:
     prefs = QSettings(str(Path(tempfile.mkdtemp()) / "screenshot.ini"), QSettings.Format.IniFormat)
     window = MainWindow(model=engine.load_model(model_name, backend=backend) if model_name else None, settings=prefs)
     try:

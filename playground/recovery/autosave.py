@@ -25,8 +25,11 @@ AUTOSAVE, PREVIOUS, MARKER = "autosave.json", "autosave.prev.json", "running.loc
 CLEAN, UNCLEAN, TAKEN = "clean", "unclean", "taken"  # what RunningMarker.claim found
 
 
+DATA_ENV = "TOKEN_PLAYGROUND_DATA"  # a folder that replaces the user data dir (tests, the screenshot tool)
+
+
 def data_dir() -> Path:
-    override = os.environ.get("TOKEN_PLAYGROUND_DATA")
+    override = os.environ.get(DATA_ENV)
     if override:
         return Path(override)
     import platformdirs
