@@ -12,9 +12,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from PySide6.QtCore import QEventLoop, QSettings, QTimer  # noqa: E402  (window_speed set the platform)
+from PySide6.QtCore import QEventLoop, QSettings, QTimer  # noqa: E402  (window_common set the platform)
 from PySide6.QtWidgets import QApplication  # noqa: E402
-from window_speed import StallWatch  # the heartbeat the window bench uses
+from window_common import StallWatch  # the heartbeat the window bench uses
 
 import engine  # noqa: E402
 

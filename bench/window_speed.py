@@ -5,7 +5,12 @@ it, and only ratios from the same round are compared).
 - The story model, story after story at T 1.0 (the window's own settings on both sides, one seed per story):
   tokens/s for --seconds per side and round, the longest stall of the GUI event loop, and the GUI thread's CPU
   time per token (the Python it runs takes the GIL from the worker); then what appending a token to the view
-  costs at token 10 and at token 10,000.
+  costs at token 10 and at token 10,000. A third side in each round, the worker alone: the window's own worker
+  (GenerationWorker with every feature's commands, in its QThread) driven story after story with no window at all,
+  what a window that shares the worker's Python process (and so its GIL) could reach at most. Beside each, how often
+  the worker waited per story (its voluntary context switches: for the GIL the GUI thread holds, or for its next
+  event), and after the rounds, in a pass of its own, the GUI thread's events per story and the most frequent kinds
+  (bench/window_stories.py).
 - SmolLM2 (installed), --tokens greedy tokens after a chat prompt, on llama.cpp in process (--threads) or the
   numpy engine (--backend numpy): tokens/s from Generate to the last token, after the first token, and the same
   stall and GUI CPU per token.
@@ -21,175 +26,16 @@ import argparse
 import gc
 import os
 import statistics
-import tempfile
 import time
-from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from PySide6.QtCore import QElapsedTimer, QEventLoop, QSettings, QTimer  # noqa: E402
+from PySide6.QtCore import QEventLoop, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
+from window_common import DRAIN_MS, StallWatch, load_text, new_window, span, wait_ms  # noqa: E402
+from window_stories import story_case  # noqa: E402
 
 import engine  # noqa: E402
-from engine.story import corpus as stories  # noqa: E402
-
-STORY_GOAL = 0.8  # the window's tokens/s over the bare Session's on the story model, at least
-DRAIN_MS = 300  # after a window round: the last story's prompt scoring and autosave end before the bare side runs
-
-
-def prompts():
-    _train, dev, _test = stories.split()
-    return [stories.first_sentence(s) for s in dev]
-
-
-class StallWatch:
-    """The GUI event loop's longest stall: the longest gap (ms) between two beats of a 10 ms timer, from
-    its first beat after start() to stop(); any event loop running on this thread keeps it beating."""
-
-    def __init__(self, interval_ms: int = 10):
-        self.clock = QElapsedTimer()
-        self.timer = QTimer()
-        self.timer.setInterval(interval_ms)
-        self.timer.timeout.connect(self._beat)
-        self.longest, self.beats = 0, 0
-
-    def start(self) -> None:
-        self.longest, self.beats = 0, 0
-        self.clock.start()
-        self.timer.start()
-
-    def stop(self) -> int:
-        self.timer.stop()
-        return self.longest
-
-    def _beat(self) -> None:
-        elapsed = self.clock.restart()
-        if self.beats > 0:
-            self.longest = max(self.longest, elapsed)
-        self.beats += 1
-
-
-def load_text() -> str:
-    return f"load {os.getloadavg()[0]:.1f}"
-
-
-def new_window(model):
-    from playground import MainWindow
-
-    prefs = QSettings(str(Path(tempfile.mkdtemp()) / "bench.ini"), QSettings.Format.IniFormat)
-    window = MainWindow(model=model, settings=prefs)
-    window.show()
-    return window
-
-
-def wait_ms(ms: int) -> None:
-    loop = QEventLoop()
-    QTimer.singleShot(ms, loop.quit)
-    loop.exec()
-
-
-def bare_stories(model, settings: dict, seconds: float, first: int) -> float:
-    """Tokens/s of bare Sessions, story after story from prompt `first` on (seed = its index), as the window runs
-    them (streaming steps, the window's settings)."""
-    texts, tokens, index = prompts(), 0, first
-    gc.collect()
-    started = time.perf_counter()
-    while time.perf_counter() - started < seconds:
-        session = engine.Session(model, texts[index % len(texts)], **{**settings, "seed": index})
-        tokens += len(session.run(stream=True))
-        index += 1
-    return tokens / (time.perf_counter() - started)
-
-
-def window_stories(window, seconds: float, first: int) -> tuple[float, int, int, float]:
-    """The same in the window, each next story sent as the last one ends (runFinished) -> (tokens/s counted as
-    the view takes them, the longest event-loop stall in ms, stories, GUI thread CPU ms per token). A local event
-    loop waits (the application's quit() would end the worker thread's loop too)."""
-    controller, controls, view, texts = window.controller, window.controls, window.token_view, prompts()
-    loop, watch, state = QEventLoop(), StallWatch(), {"index": first, "tokens": 0}
-    take = view.append_steps
-
-    def counting(steps):
-        state["tokens"] += len(steps)
-        return take(steps)
-
-    def next_story(_reason=None):
-        if time.perf_counter() - started >= seconds:
-            loop.quit()
-            return
-        controls.prompt.setPlainText(texts[state["index"] % len(texts)])
-        controls.seed.setValue(state["index"])
-        state["index"] += 1
-        controller.generate()
-
-    view.append_steps = counting  # the feed calls it once a frame with the steps it brings
-    controller.runFinished.connect(next_story)
-    gc.collect()
-    cpu, started = time.thread_time(), time.perf_counter()
-    watch.start()
-    QTimer.singleShot(0, next_story)
-    loop.exec()
-    elapsed, cpu = time.perf_counter() - started, time.thread_time() - cpu
-    stall = watch.stop()
-    controller.runFinished.disconnect(next_story)
-    del view.append_steps
-    wait_ms(DRAIN_MS)
-    tokens = max(state["tokens"], 1)
-    return tokens / elapsed, stall, state["index"] - first, 1000 * cpu / tokens
-
-
-def story_case(app, rounds: int, seconds: float, append: bool) -> None:
-    model = engine.load_model()
-    window = new_window(model)
-    window.controls.temperature.setValue(1.0)
-    QApplication.processEvents()
-    settings = window.controls.settings()
-    bare_stories(model, settings, 0.5, 0), window_stories(window, 0.5, 0)  # warm-up: both sides once
-    print(f"story model, story after story at T 1.0 (the window's settings, a seed per story), {rounds} rounds of "
-          f"{seconds:g} s a side; the machine is shared ({os.cpu_count()} cores), its load beside each round:")  # fmt: skip
-    print("  round  bare Session  window        window/bare  stories  stall  GUI CPU/token  load")
-    ratios, stalls, cpus = [], [], []
-    for round_index in range(rounds):
-        load = load_text()
-        first = 1000 * round_index  # both sides of a round: the same stories
-        bare = bare_stories(model, settings, seconds, first)
-        rate, stall, count, cpu = window_stories(window, seconds, first)
-        ratios.append(rate / bare), stalls.append(stall), cpus.append(cpu)
-        print(f"  {round_index + 1:5d}  {bare:7.0f} tok/s  {rate:7.0f} tok/s  {rate / bare:10.2f}x  {count:7d}  "
-              f"{stall:3.0f} ms  {cpu:8.2f} ms     {load}")  # fmt: skip
-    print(f"  window / bare Session: {span(ratios, '{:.2f}')}x (median {statistics.median(ratios):.2f}; goal >= "
-          f"{STORY_GOAL}x); longest stall {span(stalls, '{:.0f}')} ms (goal <= 50 ms); GUI thread CPU "
-          f"{span(cpus, '{:.2f}')} ms per token")  # fmt: skip
-    window.close()
-    if append:
-        for kind in ("story lines", "one paragraph"):
-            early, late, count = append_cost(app, model, kind == "story lines")
-            print(f"appending 10 tokens to the view ({kind}): {early:.2f} ms at token 10, {late:.2f} ms at token "
-                  f"{count:,}")  # fmt: skip
-
-
-def append_cost(app, model, paragraphs: bool):
-    """Milliseconds to append (and paint) a batch of 10 steps at token 10 and at token 10,000; story
-    lines, or one long paragraph (every newline left out), as a real model may write."""
-    from playground.widgets.token_view import TokenView
-
-    steps = engine.Session(model, "mia has a red ball.", temperature=1.0).run()
-    if not paragraphs:
-        steps = [s for s in steps if s.token != "\n"]
-    view = TokenView()
-    view.resize(600, 600)
-    view.show()
-    view.show_session("mia has a red ball.", [])
-    batches = []
-    while view.step_count() < 10_000:
-        batch = [steps[(view.step_count() + i) % len(steps)] for i in range(10)]
-        started = time.perf_counter()
-        view.append_steps(batch)
-        app.processEvents()
-        batches.append((time.perf_counter() - started) * 1000)
-    view.close()
-    return statistics.median(batches[:20]), statistics.median(batches[-20:]), view.step_count()
-
 
 SMOLLM2_PROMPT = "The history of computing is a story of"  # with Chat format on
 SMOLLM2_TOKENS = 48  # --tokens
@@ -268,11 +114,6 @@ def smollm2_case(rounds: int, backend: str = "llama.cpp", threads: int = 1, toke
     window.close()
     model.close()
     return results
-
-
-def span(values, fmt="{:.1f}"):
-    low, high = fmt.format(min(values)), fmt.format(max(values))
-    return low if low == high else f"{low}-{high}"
 
 
 def main():

@@ -47,6 +47,7 @@ from .widgets.chart import DistributionChart
 from .widgets.controls import Controls
 from .widgets.elided_label import ElidedLabel
 from .widgets.scroll_column import ScrollColumn
+from .widgets.steady_label import SteadyLabel
 from .widgets.token_colours import COLOUR_MODES
 from .widgets.token_view import TokenView, legend_html
 
@@ -111,8 +112,8 @@ class MainWindow(QMainWindow):
         self.hint = QLabel(HINT, objectName="hintLabel")
         self.hint.setWordWrap(True)
         self.steering_banner = SteeringBanner(instead_of=self.hint)  # in the hint's place while heads are steered
-        self.stop_reason = QLabel("", objectName="stopReasonLabel")
-        self.speed_label = QLabel("", objectName="speedLabel")
+        self.stop_reason = SteadyLabel("", min_width=240, objectName="stopReasonLabel")  # its texts: no layout
+        self.speed_label = SteadyLabel("", min_width=130, objectName="speedLabel")
         self.runtime_label = QLabel(runtime_text(self.model), objectName="runtimeLabel")  # what runs the model
         self.runtime_label.setToolTip("The engine that runs the model, its CPU threads, and its context size")
         self.runtime_label.setContentsMargins(14, 0, 2, 0)  # apart from the speed beside it
@@ -203,8 +204,6 @@ class MainWindow(QMainWindow):
         layout.addWidget(main, 1)
         self.setCentralWidget(central)
         status = self.statusBar()
-        self.stop_reason.setMinimumWidth(240)
-        self.speed_label.setMinimumWidth(130)
         self.speed_label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         status.addWidget(self.stop_reason)
         status.addWidget(self.message_label, 1)
