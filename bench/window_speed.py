@@ -6,11 +6,11 @@ it, and only ratios from the same round are compared).
   tokens/s for --seconds per side and round, the longest stall of the GUI event loop, and the GUI thread's CPU
   time per token (the Python it runs takes the GIL from the worker); then what appending a token to the view
   costs at token 10 and at token 10,000. A third side in each round, the worker alone: the window's own worker
-  (GenerationWorker with every feature's commands, in its QThread) driven story after story with no window at all,
-  what a window that shares the worker's Python process (and so its GIL) could reach at most. Beside each, how often
-  the worker waited per story (its voluntary context switches: for the GIL the GUI thread holds, or for its next
-  event), and after the rounds, in a pass of its own, the GUI thread's events per story and the most frequent kinds
-  (bench/window_stories.py).
+  (GenerationWorker with every feature's commands, in a QThread of its own) driven story after story with nothing
+  shown (the window stays open and idle), what a window that shares the worker's Python process (and so its GIL)
+  could reach at most. Beside each, how often the worker waited per story (its voluntary context switches: for the
+  GIL the GUI thread holds, or for its next event), and after the rounds, in a pass of its own, the GUI thread's
+  events per story and the most frequent kinds (bench/window_stories.py).
 - SmolLM2 (installed), --tokens greedy tokens after a chat prompt, on llama.cpp in process (--threads) or the
   numpy engine (--backend numpy): tokens/s from Generate to the last token, after the first token, and the same
   stall and GUI CPU per token.

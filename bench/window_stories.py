@@ -79,7 +79,7 @@ def bare_stories(model, settings: dict, seconds: float, first: int) -> float:
 
 
 class WorkerAlone(QObject):
-    """The window's worker (every feature's commands, its own QThread) with no window: this object, on the GUI
+    """The window's worker (every feature's commands, its own QThread) with nothing shown: this object, on the GUI
     thread, only counts the steps it sends and sends the next story as the last one finishes."""
 
     start = Signal(object)  # a request for GenerationWorker.start_session, queued to the worker's thread
@@ -191,7 +191,7 @@ def story_case(app, rounds: int, seconds: float, append: bool) -> None:
               f"{load}")  # fmt: skip
     print(f"  window / bare Session: {span(ratios, '{:.2f}')}x (median {statistics.median(ratios):.2f}; goal >= "
           f"{STORY_GOAL}x); longest stall {span(stalls, '{:.0f}')} ms (goal <= 50 ms); GUI thread CPU "
-          f"{span(cpus, '{:.2f}')} ms per token; the worker alone (no window): {span(ceilings, '{:.2f}')}x "
+          f"{span(cpus, '{:.2f}')} ms per token; the worker alone (nothing shown): {span(ceilings, '{:.2f}')}x "
           f"(median {statistics.median(ceilings):.2f})")  # fmt: skip
     per_story, kinds = gui_events(window, seconds)
     print(f"  the GUI thread's events per story (a pass of its own, counted): {per_story:.0f}; the most: "
