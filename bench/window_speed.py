@@ -17,6 +17,7 @@ it, and only ratios from the same round are compared).
 
     python bench/window_speed.py [--rounds 4] [--seconds 4] [--tokens 48] [--backend llama.cpp|numpy] [--threads 1]
                                  [--no-smollm2 | --only-smollm2] [--no-append]
+    python bench/window_speed.py --alone-only [--rounds 16 --seconds 0.5]   (the worker alone, no window made)
 
 Goals (issue 30): the window >= 0.8x the bare Session's tokens/s on the story model, >= 0.95x on SmolLM2 with
 llama.cpp (0.7x with numpy); no stall over 50 ms.
@@ -33,7 +34,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from PySide6.QtCore import QEventLoop, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 from window_common import DRAIN_MS, StallWatch, load_text, new_window, span, wait_ms  # noqa: E402
-from window_stories import story_case  # noqa: E402
+from window_stories import alone_case, story_case  # noqa: E402
 
 import engine  # noqa: E402
 
@@ -126,10 +127,17 @@ def main():
     parser.add_argument("--backend", choices=tuple(GOALS), default="llama.cpp", help="what runs SmolLM2")
     parser.add_argument("--threads", type=int, default=1, help="llama.cpp's threads (2 spin on a 2-core machine)")
     parser.add_argument("--tokens", type=int, default=SMOLLM2_TOKENS, help="SmolLM2: greedy tokens per run")
+    parser.add_argument("--alone-only", action="store_true",
+                        help="only the story model's worker alone against a bare Session, no window made at all "
+                             "(try --rounds 16 --seconds 0.5)")  # fmt: skip
     args = parser.parse_args()
     if args.backend != "llama.cpp" and args.threads != 1:
         parser.error("--threads is a setting of --backend llama.cpp")
     app = QApplication.instance() or QApplication([])
+    if args.alone_only:
+        alone_case(args.rounds, args.seconds)
+        print(f"command: python bench/window_speed.py --alone-only --rounds {args.rounds} --seconds {args.seconds:g}")
+        return
     if not args.only_smollm2:
         story_case(app, args.rounds, args.seconds, not args.no_append)
     if not args.no_smollm2 and engine.smollm2_path() is not None:

@@ -205,6 +205,27 @@ def story_case(app, rounds: int, seconds: float, append: bool) -> None:
                   f"{count:,}")  # fmt: skip
 
 
+def alone_case(rounds: int, seconds: float) -> None:
+    """The bare Session against the window's worker alone with no window made at all (the settings a fresh
+    window starts with, at T 1.0; no rules): what a worker thread in the GUI's process reaches with no GUI work, in
+    short alternating rounds (the machine's noise is slower than a round)."""
+    model = engine.load_model()
+    settings = engine.Settings(temperature=1.0).to_dict()
+    alone = WorkerAlone(model, {"settings": settings, "rules": [], "then": "generate"})
+    bare_stories(model, settings, 0.5, 0), alone.stories(0.5, 0)  # warm-up
+    ratios, waited = [], []
+    for round_index in range(rounds):
+        bare = bare_stories(model, settings, seconds, 100 * round_index)
+        rate, waits_per_story = alone.stories(seconds, 100 * round_index)
+        ratios.append(rate / bare), waited.append(waits_per_story)
+    alone.close()
+    quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+    print(f"story model, the window's worker alone (no window made) / a bare Session, {rounds} alternating rounds of "
+          f"{seconds:g} s: median {statistics.median(ratios):.2f}x (quartiles {quartiles[0]:.2f}-{quartiles[2]:.2f}, "
+          f"rounds {span(ratios, '{:.2f}')}); the worker's waits per story: median {statistics.median(waited):.1f}; "
+          f"{load_text()}")  # fmt: skip
+
+
 def append_cost(app, model, paragraphs: bool):
     """Milliseconds to append (and paint) a batch of 10 steps at token 10 and at token 10,000; story
     lines, or one long paragraph (every newline left out), as a real model may write."""

@@ -1,7 +1,7 @@
 """The status bar's labels change their texts several times a run (Generating..., Stopped: ..., the speed): on the
 real window, each new text shows whole, and one that fits moves nothing and lays nothing out again (before, every
 new text laid out the status bar, then the whole main window, each dock's move animated: ~100 of the GUI thread's
-~190 events a story, each taking the GIL from the worker)."""
+~190 events a story, and each layout pass ran the window's Python size hints under the GIL the worker needs)."""
 
 from PySide6.QtCore import QEvent, QObject
 from PySide6.QtWidgets import QApplication

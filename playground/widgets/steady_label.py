@@ -4,8 +4,10 @@ text lays nothing out again once the label is as wide as its texts.
 A QLabel's size hint follows its text, and a widget whose size may change tells its parent's layout at each new
 text: the status bar, then the main window, lays out again, and every dock with it (each dock's move is animated:
 a QPropertyAnimation made and deleted). Story after story on the story model that was ~100 of the GUI thread's
-~190 events a run, each taking the GIL from the worker. A widget of fixed size tells nobody (Qt's updateGeometry
-stops there), so this label keeps a fixed size and widens only for a text that does not fit.
+~190 events a run, and each layout pass runs the size hints and layouts written in Python (the flow layout, the
+scroll column, the elided label, the controls' fields) under the GIL the worker needs. A widget of fixed size
+tells nobody (Qt's updateGeometry stops there), so this label keeps a fixed size and widens only for a text that
+does not fit.
 """
 
 from PySide6.QtWidgets import QLabel
