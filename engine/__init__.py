@@ -9,7 +9,7 @@ from engine.core.contract import Backend, Capabilities, Context
 from engine.core.expand import MAX_EXPANSION, ExpandResult
 from engine.core.files import atomic_write_bytes, end_writes
 from engine.core.inside import InsideView, attention_weights, inside_view, layer_candidates, logit_lens
-from engine.core.replay import ReplayReport, replay, replay_session
+from engine.core.replay import OtherModelError, replay, replay_session
 from engine.core.rules import CommandTool, Rule
 from engine.core.rules_file import load_rules, rules_from_json, rules_to_json, save_rules
 from engine.core.sampling import GREEDY, STAGE_NAMES, next_token_probs
@@ -22,6 +22,7 @@ from engine.core.steps import TOP_CANDIDATES, Candidates, Step
 from engine.core.timing import ForwardTiming
 from engine.core.trace import load_trace, save_trace, validate_trace
 from engine.core.tree import NodeView
+from engine.core.verdict import ReplayReport
 from engine.discovery import FoundModel, find_models
 from engine.loading import load_model, smollm2_path
 from engine.serve.cli import main as serve_main
@@ -34,7 +35,7 @@ __all__ = [
     "Context", "CommandTool", "Config", "ExpandResult", "ForwardTiming", "FoundModel", "InsideView", "NodeView", "GenerationResult", "ReplayReport", "Rule", "ScoreResult", "SeedRun", "Session",
     "Settings", "Step", "StoryModel", "UnknownCharacterError", "atomic_write_bytes", "attention_weights", "check_threads", "compare", "default_threads", "end_writes", "generate", "inside_view",
     "layer_candidates", "load_model", "load_trace", "logit_lens", "max_threads",
-    "next_token_probs", "find_models", "replay", "replay_session", "resources_dir", "save_trace", "score",
+    "next_token_probs", "find_models", "OtherModelError", "replay", "replay_session", "resources_dir", "save_trace", "score",
     "smollm2_path", "story_measure", "validate_trace", "__version__",
     "SteeringVector", "steering_preview", "steering_vector", "save_steering_vector", "load_steering_vector",
     "serve_main", "load_rules", "save_rules", "rules_from_json", "rules_to_json",

@@ -162,7 +162,19 @@ def test_replay_errors_are_clear_with_exit_2(story_trace, tmp_path, capsys):
     assert capsys.readouterr() == ("", "error: the trace was recorded with 'Llama-3.2-1B' (weights abababababab), "
                                        "which is neither the shipped story model nor SmolLM2: give the model with "
                                        "--model (a .gguf file, a story-model checkpoint or a server URL)\n")  # fmt: skip
-    assert main(["replay", str(path), "-m", str(engine.resources_dir())]) == 0  # its steps are the story model's
+    assert main(["replay", str(path), "-m", str(engine.resources_dir())]) == 2  # another model: one sentence
+    assert capsys.readouterr() == ("", "error: This trace was recorded with Llama-3.2-1B (weights abababababab), and "
+                                       f"the loaded model is story model (weights {story_model_sha()[:12]}): replay it "
+                                       "on Llama-3.2-1B\n")  # fmt: skip
+    assert (
+        main(["replay", str(path), "-m", str(engine.resources_dir()), "--other-model"]) == 0
+    )  # its steps are the story model's
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("identical: ") and len(out) == 2
     assert out[1].startswith("recorded with Llama-3.2-1B abababababab, replayed with story model ")
+
+
+def story_model_sha() -> str:
+    from engine.story.checkpoint import load_story_model
+
+    return load_story_model().weights_sha256

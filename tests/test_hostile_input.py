@@ -179,9 +179,12 @@ def test_another_models_trace_says_so_first(story_model, tmp_path, monkeypatch):
     )
     session = Session(other, "Ünïcode the story model cannot read", max_new_tokens=3)
     session.run()
-    with pytest.raises(ValueError, match=r"^recorded with tiny.* replayed with story model .* replay cannot start: "
-                                         r"'Ü' at position 0 is not in the story model's alphabet"):  # fmt: skip
+    with pytest.raises(engine.OtherModelError, match=r"^This trace was recorded with tiny \(weights \w+\), and the "
+                                                     r"loaded model is story model \(weights \w+\): replay it on tiny$"):  # fmt: skip
         engine.replay(session.trace(), story_model)
+    with pytest.raises(engine.OtherModelError, match=r"and its token id \d+ \(prompt_token_ids\) is not in the "
+                                                     r"loaded story model \(weights \w+\), whose vocabulary has 96"):  # fmt: skip
+        engine.replay(session.trace(), story_model, other_model=True)  # asked for, but its ids are not the model's
 
 
 def test_a_writer_killed_midway_leaves_no_temporary_behind_the_next_save(tmp_path, trace):

@@ -15,6 +15,7 @@ import pytest
 from vllm_server import vllm_server  # noqa: F401  (the session's real vLLM server, shared with test_vllm.py)
 
 import engine
+from engine.core.verdict import within_rounding
 from engine.serve.app import make_app
 from engine.serve.runs import Run
 from engine.serve.stepping import AHEAD, FRAME_STEPS, QUICK, stepper_for
@@ -325,8 +326,10 @@ def test_in_front_of_vllm_it_is_a_steering_proxy(vllm_server):  # noqa: F811
         steered = client(url).completions.create(model="proxied", prompt=prompt, max_tokens=10, temperature=0,
                                                  extra_body={"steer": [{"at": trigger, "insert": " Lyon"}]})  # fmt: skip
     assert (answer.choices[0].text, answer.choices[0].finish_reason) == content(remote, plain, prompt)
-    assert answer.choices[0].logprobs.token_logprobs == pytest.approx(
-        [math.log(s.model_probability) for s in plain.steps], abs=1e-5)  # fmt: skip
+    # vLLM's numbers for the same request differ within float rounding from one request to the next (a prompt
+    # it has cached is computed in other shapes than one read whole: 1.7e-5 seen on a logprob of -1.94)
+    served_p = [math.exp(lp) for lp in answer.choices[0].logprobs.token_logprobs]
+    assert all(within_rounding(a, s.model_probability) for a, s in zip(served_p, plain.steps, strict=True)), served_p
     session = engine.Session(remote, prompt, max_new_tokens=10, rules=[engine.Rule(trigger, insert=" Lyon")])
     session.run()
     assert steered.choices[0].text == content(remote, session.result(), prompt)[0]

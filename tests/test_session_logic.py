@@ -453,7 +453,9 @@ def test_replay_on_another_table_says_where_it_differs(model):
     session.run()
     other = TABLE.copy()
     other[ID["b"], ID["d"]] = 2.5  # after b, d now beats c
-    report = engine.replay(session.trace(), FakeBackend(table=other))
+    with pytest.raises(engine.OtherModelError, match="^This trace was recorded with fake bigram .*, and the loaded"):
+        engine.replay(session.trace(), FakeBackend(table=other))  # another model's weights: refused, unless asked
+    report = engine.replay(session.trace(), FakeBackend(table=other), other_model=True)
     assert not report.identical and report.notes[0].startswith("recorded with fake bigram")
     difference = report.first_difference
     assert [difference[key] for key in ("step", "field", "recorded", "replayed")] == [1, "token", "c", "d"]

@@ -7,7 +7,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -44,15 +43,25 @@ def smollm2_2_threads():
     loaded.close()
 
 
-def test_stop_work_ends_a_llamacpp_decode_in_progress(smollm2_2_threads):
+def decode_stopped_at(model, monkeypatch, batch: int):
+    """A 1,000-token decode (two batches of 512) stopped as its `batch`-th llama_decode (1 or 2) begins, in a thread
+    of its own: the stop is told when that decode starts, whatever the machine's speed (an order, not a race).
+    -> (the cache afterwards, what the decode raised, the ids)."""
     from engine.backends.llamacpp.prompt_memo import PromptMemo
 
-    model = smollm2_2_threads
     ids = model.tokenizer.encode(" the quick brown fox jumps over the lazy dog." * 90)[:1000]
-    started = time.perf_counter()
-    whole = model.forward_cached(ids, model.new_cache(), last_only=True)
-    whole_s = time.perf_counter() - started  # a whole decode of 1,000 tokens: seconds at 2 threads here
-    model.prompt_memo = PromptMemo()  # forgotten: the same ids would be taken from it, not decoded
+    model.prompt_memo = PromptMemo()  # the same ids would be taken from it, not decoded
+    real_decode, calls, begun = model.llama.llama_decode, [], threading.Event()
+
+    def decode_and_mark(ctx, batch_):
+        calls.append(batch_.n_tokens)
+        if len(calls) == batch:
+            begun.set()
+            if batch > 1:  # between two batches: stopped before this one's first node
+                model.stop_work()
+        return real_decode(ctx, batch_)
+
+    monkeypatch.setattr(model.llama, "llama_decode", decode_and_mark)
     cache, ended = model.new_cache(), {}
 
     def decode():
@@ -60,21 +69,35 @@ def test_stop_work_ends_a_llamacpp_decode_in_progress(smollm2_2_threads):
             model.forward_cached(ids, cache, last_only=True)
         except ValueError as error:
             ended["error"] = str(error)
-        ended["at"] = time.perf_counter()
 
     worker = threading.Thread(target=decode)
     worker.start()
     try:
-        time.sleep(whole_s / 5)  # well inside the decode
-        stopped = time.perf_counter()
-        model.stop_work()
+        assert begun.wait(120)
+        model.stop_work()  # (batch 1: while its decode runs, or just before its first node)
     finally:
         worker.join()  # never free the model under a decode
-    model.stop_work(False)
-    assert "stop_work" in ended["error"]
-    assert ended["at"] - stopped < whole_s / 4, (ended["at"] - stopped, whole_s)  # at a node, not at the end
-    assert cache.length == 0  # the stopped decode left nothing in the cache: it goes on as if never begun
+        model.stop_work(False)
+        monkeypatch.undo()
+    return cache, ended.get("error"), ids, calls
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_stop_work_ends_a_llamacpp_decode_and_leaves_nothing_in_the_cache(smollm2_2_threads, monkeypatch, batch):
+    """Stopped in the first batch or between the two, the decode ends with llama.cpp's ABORTED (the abort flag is
+    read at its graph's nodes: the error says stop_work), and the cache is as if it had never begun, its length
+    too (it kept the first batch's 512 positions when the stop came between two batches); the next decode gives
+    the very scores of an unstopped one."""
+    model = smollm2_2_threads
+    cache, error, ids, calls = decode_stopped_at(model, monkeypatch, batch)
+    assert error is not None and "stop_work" in error
+    assert calls == [512, len(ids) - 512][:batch]  # no batch after the stopped one
+    assert cache.length == 0
+    from engine.backends.llamacpp.prompt_memo import PromptMemo
+
     again = model.forward_cached(ids, cache, last_only=True)
+    model.prompt_memo = PromptMemo()  # decoded anew, not recalled
+    whole = model.forward_cached(ids, model.new_cache(), last_only=True)
     np.testing.assert_array_equal(again, whole)
 
 

@@ -12,70 +12,54 @@ the tree holds, and a budget at least that big makes the very same ones); a repl
 stops there. `cancelled()` -> True (the window: Reset, closing) stops it between actions and levels.
 """
 
-from dataclasses import dataclass
+from dataclasses import replace
 
 from engine.core.session import Session
 from engine.core.steps import Step
 from engine.core.trace import SCHEMA_V1, SCHEMA_V2, WITH_TREE, settings_as_recorded, validate_trace
-
-
-@dataclass(frozen=True)
-class ReplayReport:
-    identical: bool
-    steps: int  # steps compared
-    first_difference: dict | None  # {"step", "field", "token", "recorded", "replayed"} or None
-    notes: tuple[str, ...] = ()
-    nodes: int = 0  # nodes of the tree compared besides the steps (a trace with branches)
-
-    def summary(self) -> str:
-        if self.identical:
-            branches = f", and every branch of the tree ({self.nodes} nodes)" if self.nodes > self.steps else ""
-            return f"identical: all {self.steps} steps replayed bit for bit{branches}"
-        d = self.first_difference
-        if d is None:  # every step agreed, but an action could not be replayed
-            return next(note for note in self.notes if note.startswith("replay stopped"))
-        token = d["token"]
-        tokens = f"{token[0]!r}" if token[0] == token[1] else f"recorded {token[0]!r}, replayed {token[1]!r}"
-        where = (
-            f"step {d['step']}" if "node" not in d else f"node {d['node']} (branch {'>'.join(map(str, d['branch']))})"
-        )
-        return (f"differs at {where} ({tokens}), {d['field']}: "
-                f"recorded {_shown(d['recorded'])}, replayed {_shown(d['replayed'])}")  # fmt: skip
-
-
-def _shown(value) -> str:
-    """A differing value as a person compares it: floats with every digit that differs."""
-    return repr(value) if not isinstance(value, float) else f"{value:.17g}"
-
+from engine.core.verdict import Comparison, ReplayReport
 
 MADE_WITHOUT_SIZE = 10_000  # nodes an active-branch trace without "tree_size" (older files) may add to its own
 
 
-def replay(trace: dict, model, cancelled=None) -> ReplayReport:
+class OtherModelError(ValueError):
+    """A trace recorded on another model than the one it was to replay on (other weights, another server), or
+    naming token ids the model does not have. Its message is one sentence naming both models; `recorded` is the
+    trace's "model" (what the window looks for to offer opening it)."""
+
+    def __init__(self, message: str, recorded: dict):
+        super().__init__(message)
+        self.recorded = recorded
+
+
+def replay(trace: dict, model, cancelled=None, other_model: bool = False) -> ReplayReport:
     """Re-run the trace's actions on a fresh session (no rules: what they inserted is in the actions) and
-    compare every step with the recorded one."""
-    return replay_session(trace, model, cancelled)[1]
+    compare every step with the recorded one. A trace of another model raises OtherModelError, unless
+    other_model=True: then it replays there, to see where that model differs (a note names both)."""
+    return replay_session(trace, model, cancelled, other_model)[1]
 
 
-def replay_session(trace: dict, model, cancelled=None):
+def replay_session(trace: dict, model, cancelled=None, other_model: bool = False):
     """-> (the replayed Session, its ReplayReport); the window keeps the session to continue from.
     cancelled() -> True stops the replay between two actions (or an expansion's levels): a note says so."""
     validate_trace(trace)
     most_nodes = nodes_allowed(trace)
     _check_named_nodes(trace["actions"], most_nodes)
     notes = []
-    recorded_model, this_model = trace["model"], model.describe()
-    if recorded_model["weights_sha256"] != this_model["weights_sha256"] or recorded_model.get("url") != this_model.get(
-        "url"
-    ):
-        notes.append(f"recorded with {recorded_model['name']} {recorded_model['weights_sha256'][:12]}, "
+    if not same_model(trace["model"], model.describe()):
+        if not other_model:
+            raise OtherModelError(f"{recorded_on(trace['model'])}, and the loaded model is {_named(model.describe())}: "
+                                  f"replay it on {trace['model']['name']}", trace["model"])  # fmt: skip
+        notes.append(f"recorded with {trace['model']['name']} {trace['model']['weights_sha256'][:12]}, "
                      f"replayed with {model.name} {model.weights_sha256[:12]}")  # fmt: skip
+    _check_ids(trace, model)
     try:
         session = Session(model, trace["prompt"], **settings_as_recorded(trace, trace["settings"]))
     except ValueError as error:  # another model's trace: say so first, then why it cannot start
         raise ValueError(" ".join([*notes, f"replay cannot start: {error}"])) from None
     if session.prompt_ids != trace["prompt_token_ids"]:
-        difference = {"step": 0, "field": "prompt_token_ids", "recorded": trace["prompt"], "replayed": trace["prompt"]}
+        difference = {"step": 0, "field": "prompt_token_ids", "token": (None, None),
+                      "recorded": trace["prompt_token_ids"], "replayed": list(session.prompt_ids)}  # fmt: skip
         return session, ReplayReport(False, 0, difference, tuple(notes))
     stopped = None
     for index, action in enumerate(trace["actions"]):
@@ -95,19 +79,55 @@ def replay_session(trace: dict, model, cancelled=None):
             notes.append(stopped)
             break
     as_recorded = {SCHEMA_V1: Step.to_v1_dict, SCHEMA_V2: Step.to_v2_dict}.get(trace["schema"], Step.to_dict)
-    report = _compare(trace["steps"], [as_recorded(step) for step in session.steps], notes)
-    if report.identical and "tree" in trace and trace.get("branches", "all") == "all":
+    comparison = Comparison()
+    report = _compare(trace["steps"], [as_recorded(step) for step in session.steps], notes, comparison)
+    if report.first_difference is None and "tree" in trace and trace.get("branches", "all") == "all":
         nodes = len(trace["tree"]["nodes"]) - 1
-        report = _compare_tree(trace["tree"]["nodes"], session, notes) or ReplayReport(
-            True, report.steps, None, report.notes, nodes
+        report = _compare_tree(trace["tree"]["nodes"], session, notes, comparison) or ReplayReport(
+            comparison.exact, report.steps, None, report.notes, nodes, comparison.rounding
         )
     if stopped and report.identical:  # the steps agree, but the trace holds an action this model refuses
         report = ReplayReport(False, report.steps, None, tuple(notes))
-    if not model.capabilities.local_sampling and not report.identical:
+    if not model.capabilities.local_sampling and not report.same_tokens:
         notes.append("the server sampled this replay; inference servers do not always promise the same "
                      "tokens for the same seed (batching, prefix caches, threads)")  # fmt: skip
-        report = ReplayReport(report.identical, report.steps, report.first_difference, tuple(notes))
+        report = replace(report, notes=tuple(notes))
     return session, report
+
+
+def same_model(recorded: dict, here: dict) -> bool:
+    """Whether a trace's "model" is this model's describe(): the same weights, and the same server (if any)."""
+    return (recorded["weights_sha256"], recorded.get("url"), recorded.get("server_model")) == (
+        here["weights_sha256"], here.get("url"), here.get("server_model"))  # fmt: skip
+
+
+def recorded_on(recorded: dict) -> str:
+    """'This trace was recorded with SmolLM2 (weights 3f2a1b0c9d8e)': the start of OtherModelError's sentence."""
+    return f"This trace was recorded with {_named(recorded)}"
+
+
+def _named(described: dict) -> str:
+    if described.get("url"):
+        return f"{described.get('server_model') or described['name']} at {described['url']}"
+    return f"{described['name']} (weights {described['weights_sha256'][:12]})"
+
+
+def _check_ids(trace: dict, model) -> None:
+    """OtherModelError for a token id the model does not have (another tokenizer's, or an edited trace)."""
+    vocab = model.vocab_size
+    if not vocab:
+        return  # a server that does not say: it refuses an id itself
+    named = [("prompt_token_ids", trace["prompt_token_ids"])]
+    for index, action in enumerate(trace["actions"]):
+        named.append((f"actions[{index}]", action.get("token_ids") or [action.get("token_id", 0)]))
+    for index, step in enumerate(trace["steps"]):
+        named.append((f"steps[{index}]", [step.get("token_id", 0), *step.get("candidates", {}).get("token_ids", ())]))
+    for where, ids in named:
+        beyond = next((i for i in ids if isinstance(i, int) and i >= vocab), None)
+        if beyond is not None:
+            raise OtherModelError(f"{recorded_on(trace['model'])}, and its token id {beyond} ({where}) is not in the "
+                                  f"loaded {_named(model.describe())}, whose vocabulary has {vocab} tokens",
+                                  trace["model"])  # fmt: skip
 
 
 def nodes_allowed(trace: dict) -> int:
@@ -129,57 +149,49 @@ def _check_named_nodes(actions: list[dict], most_nodes: int) -> None:
                              f"but the trace's tree holds {most_nodes} nodes")  # fmt: skip
 
 
-def _compare(recorded: list[dict], replayed: list[dict], notes) -> ReplayReport:
+def _compare(recorded: list[dict], replayed: list[dict], notes, comparison: Comparison) -> ReplayReport:
     for index, (old, new) in enumerate(zip(recorded, replayed)):
-        if old != new:
-            field, was, now = _first_different(old, new)
+        found = comparison.differs(old, new, {"step": index})
+        if found is not None:
+            field, was, now = found
             difference = {"step": index, "field": field, "token": (old["token"], new["token"]),
                           "recorded": was, "replayed": now}  # fmt: skip
-            return ReplayReport(False, index, difference, tuple(notes))
+            return ReplayReport(False, index, difference, tuple(notes), rounding=comparison.rounding)
     if len(recorded) != len(replayed):
         index = min(len(recorded), len(replayed))
         token = lambda steps: steps[index]["token"] if index < len(steps) else None  # noqa: E731
         difference = {"step": index, "field": "step count", "token": (token(recorded), token(replayed)),
                       "recorded": len(recorded), "replayed": len(replayed)}  # fmt: skip
-        return ReplayReport(False, index, difference, tuple(notes))
-    return ReplayReport(True, len(recorded), None, tuple(notes))
+        return ReplayReport(False, index, difference, tuple(notes), rounding=comparison.rounding)
+    return ReplayReport(comparison.exact, len(recorded), None, tuple(notes), rounding=comparison.rounding)
 
 
-def _compare_tree(recorded: list[dict], session, notes) -> ReplayReport | None:
+def _compare_tree(recorded: list[dict], session, notes, comparison: Comparison) -> ReplayReport | None:
     """Every branch, node by node (ids follow the order the nodes were made, so replay makes the same ones):
-    the first node that differs, named with its branch; None when all agree."""
+    the first node that differs beyond rounding, named with its branch; None when all agree."""
     replayed = session.tree.nodes
     for node in recorded[1:]:
         index = node["id"]
         new = replayed[index] if index < len(replayed) else None
         mine = None if new is None else {"parent": new.parent, "step": new.step.to_dict(), **session.tree.marks(index)}
-        if mine != {key: value for key, value in node.items() if key != "id"}:
-            branch = [index]
-            while recorded[branch[0]]["parent"]:
-                branch.insert(0, recorded[branch[0]]["parent"])
-            field, was, now = ("node", index, None) if mine is None else _first_different(node, {"id": index, **mine})
+        branch = [index]
+        while recorded[branch[0]]["parent"]:
+            branch.insert(0, recorded[branch[0]]["parent"])
+        if mine is None:
+            found = ("node", index, None)
+        else:
+            found = comparison.differs(node, {"id": index, **mine}, {"step": len(branch) - 1, "node": index})
+        if found is not None:
+            field, was, now = found
             difference = {"step": len(branch) - 1, "node": index, "branch": branch, "field": field,
                           "token": (node["step"]["token"], None if new is None else new.step.token),
                           "recorded": was, "replayed": now}  # fmt: skip
-            return ReplayReport(False, len(session.steps), difference, tuple(notes))
+            return ReplayReport(False, len(session.steps), difference, tuple(notes), rounding=comparison.rounding)
     if len(replayed) != len(recorded):
         difference = {"step": None, "node": len(recorded), "branch": [], "field": "node count", "token": (None, None),
                       "recorded": len(recorded), "replayed": len(replayed)}  # fmt: skip
-        return ReplayReport(False, len(session.steps), difference, tuple(notes))
+        return ReplayReport(False, len(session.steps), difference, tuple(notes), rounding=comparison.rounding)
     return None
-
-
-def _first_different(old, new, path: str = "") -> tuple[str, object, object]:
-    """(where, recorded value, replayed value) of the first leaf that differs, e.g. 'candidates.raw[3]'."""
-    if isinstance(old, dict) and isinstance(new, dict):
-        for key in old:
-            if old[key] != new.get(key):
-                return _first_different(old[key], new.get(key), f"{path}.{key}" if path else key)
-    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
-        for position, (a, b) in enumerate(zip(old, new)):
-            if a != b:
-                return _first_different(a, b, f"{path}[{position}]")
-    return path, old, new
 
 
 def _perform(session, action: dict) -> None:

@@ -165,12 +165,15 @@ class LlamaCppModel(LocalBackend):
             library.errors.clear()
             status = llama.llama_decode(ctx, batch)
             scaler = cache._scaler
+            if status != 0 or (scaler is not None and scaler.error is not None):
+                # a failed or stopped decode leaves nothing, whichever batch it was in: the memory and the length
+                # go back to where this call began (the batches before it were written: cache.length says so)
+                llama.llama_memory_seq_rm(cache.memory, 0, start, -1)
+                cache.length = start
             if scaler is not None and scaler.error is not None:  # the callback failed: the decode was stopped
                 error, scaler.error = scaler.error, None
-                llama.llama_memory_seq_rm(cache.memory, 0, start, -1)
                 raise ValueError(f"scaling {self.name}'s heads failed: {error}") from error
             if status != 0:
-                llama.llama_memory_seq_rm(cache.memory, 0, start, -1)
                 self.decode_failed(status, n, start + chunk)
             cache.length = start + chunk + n
             outputs = sum(wanted)
