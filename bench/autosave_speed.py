@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import engine
-from playground.recovery.saver import AutosaveWriter
+from playground.documents.saver import AutosaveWriter
 
 
 def long_session(model, steps: int) -> engine.Session:

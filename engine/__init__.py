@@ -9,13 +9,14 @@ from engine.core.contract import Backend, Capabilities, Context
 from engine.core.expand import MAX_EXPANSION, ExpandResult
 from engine.core.files import atomic_write_bytes, end_writes
 from engine.core.inside import InsideView, attention_weights, inside_view, layer_candidates, logit_lens
-from engine.core.replay import OtherModelError, replay, replay_session
+from engine.core.replay import OtherModelError, other_model_sentence, replay, replay_session, same_model
 from engine.core.rules import CommandTool, Rule
 from engine.core.rules_file import load_rules, rules_from_json, rules_to_json, save_rules
 from engine.core.sampling import GREEDY, STAGE_NAMES, next_token_probs
 from engine.core.scoring import ScoreResult, score
 from engine.core.seeds import MAX_SEEDS, SeedRun
 from engine.core.session import GenerationResult, Session, generate
+from engine.core.session_file import load_session_file, save_session_file, session_document
 from engine.core.settings import LLAMA_CPP_ORDER, MAX_SEED, MAX_TEMPERATURE, SAMPLERS, Settings
 from engine.core.steering import SteeringVector, steering_preview, steering_vector
 from engine.core.steps import TOP_CANDIDATES, Candidates, Step
@@ -35,8 +36,9 @@ __all__ = [
     "Context", "CommandTool", "Config", "ExpandResult", "ForwardTiming", "FoundModel", "InsideView", "NodeView", "GenerationResult", "ReplayReport", "Rule", "ScoreResult", "SeedRun", "Session",
     "Settings", "Step", "StoryModel", "UnknownCharacterError", "atomic_write_bytes", "attention_weights", "check_threads", "compare", "default_threads", "end_writes", "generate", "inside_view",
     "layer_candidates", "load_model", "load_trace", "logit_lens", "max_threads",
-    "next_token_probs", "find_models", "OtherModelError", "replay", "replay_session", "resources_dir", "save_trace", "score",
+    "next_token_probs", "find_models", "OtherModelError", "replay", "replay_session", "same_model", "other_model_sentence", "resources_dir", "save_trace", "score",
     "smollm2_path", "story_measure", "validate_trace", "__version__",
     "SteeringVector", "steering_preview", "steering_vector", "save_steering_vector", "load_steering_vector",
     "serve_main", "load_rules", "save_rules", "rules_from_json", "rules_to_json",
+    "load_session_file", "save_session_file", "session_document",
 ]  # fmt: skip

@@ -86,7 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "compare every step; exit status 0 identical (or the same tokens within float rounding: "
                              "recorded on another kind of CPU), 1 differs, 2 an error (a trace of another model "
                              "among them).")  # fmt: skip
-    rp.add_argument("trace", metavar="TRACE.json", help="the trace file")
+    rp.add_argument(
+        "trace", metavar="TRACE.json", help="the trace file, or a session file (the window's File > Save session)"
+    )
     rp.add_argument("-m", "--model", default=None, metavar="MODEL",
                     help="as for generate (default: the model the trace names, when it is the story model or "
                          "SmolLM2)")  # fmt: skip
@@ -291,10 +293,10 @@ def probability_table(steps) -> str:
 
 
 def _replay(args) -> int:
-    from engine import load_trace, replay
+    from engine import replay
 
-    trace = load_trace(args.trace)
-    report = replay(trace, _replay_model(args, trace["model"]), other_model=args.other_model)
+    trace, load = _replayable(args.trace)
+    report = replay(trace, _replay_model(args, trace["model"], load), other_model=args.other_model)
     print(report.summary())
     for note in report.notes:
         if note != report.summary():  # a replay that stopped says why in both
@@ -302,15 +304,34 @@ def _replay(args) -> int:
     return 0 if report.same_tokens else 1
 
 
-def _replay_model(args, recorded: dict):
-    """--model, else the model the trace names when this machine has it (the shipped story model, SmolLM2),
-    on the backend the trace was recorded on unless --backend says otherwise."""
+def _replayable(path) -> tuple[dict, dict]:
+    """(the trace, where its model came from: a session file's "load", {} for a trace) of a trace or session file."""
+    from engine.core.session_file import SCHEMA, load_session_file
+    from engine.core.trace import load_trace
+
+    try:
+        with open(path, "rb") as f:
+            start = f.read(4096)
+    except OSError:
+        start = b""  # load_trace says why it cannot be read
+    if SCHEMA.encode() not in start:
+        return load_trace(path), {}
+    document = load_session_file(path)
+    if document["trace"] is None:
+        raise ValueError(f"the session file {path} holds no run yet: nothing to replay")
+    return document["trace"], document["model"]["load"]
+
+
+def _replay_model(args, recorded: dict, load: dict):
+    """--model, else the file or server a session file names, else the model the trace names when this machine has
+    it (the shipped story model, SmolLM2), on the backend the trace was recorded on unless --backend says otherwise."""
     from engine.loading import SMOLLM2_FILE, smollm2_path
     from engine.story.checkpoint import load_story_model
 
     backend = args.backend or ("llama.cpp" if recorded.get("backend") == "llama.cpp" else "numpy")
-    if args.model is not None:
-        return load_model(args.model, backend=backend, threads=args.threads, model_name=recorded.get("server_model"))
+    source = args.model if args.model is not None else load.get("source")
+    if source is not None:
+        return load_model(source, backend=backend, threads=args.threads, model_name=recorded.get("server_model"))
     if recorded["name"] == Path(SMOLLM2_FILE).stem and smollm2_path() is not None:
         return load_model("smollm2", backend=backend, threads=args.threads)
     if recorded["name"] == "story model":

@@ -54,6 +54,11 @@ class Controller(QObject):
         self._preview_timer.timeout.connect(lambda: None if self.running else self.requestPreview.emit())
         self._connect()
 
+    def begin(self) -> None:
+        """The window is made and shows what was remembered: the documents start from here."""
+        self.documents.begin()
+        self.recovery.begin()
+
     def busy(self) -> bool:
         """A run or a load goes on: the worker is not free for another command."""
         return self.running or self.models.loading

@@ -3,11 +3,13 @@ feature is its folder, a line in each list here, and its panel's place in the wi
 
 from .compare.commands import CompareCommands
 from .compare.comparing import Comparing
+from .documents.commands import DocumentCommands
+from .documents.documents import Documents
+from .documents.recovery import Recovery
 from .inside.commands import InsideCommands
 from .inside.looking import LookingInside
 from .models.commands import ModelCommands
 from .models.loading import Loading
-from .recovery.recovery import Recovery
 from .rules.commands import RuleCommands
 from .rules.ruling import Ruling
 from .seeds.commands import SeedCommands
@@ -24,10 +26,10 @@ from .watch.watching import Watching
 # made by the worker, in this order (each run's changes reach the tree before the prompt is scored; on closing, the
 # second model is closed before the worker's own)
 WORKER_COMMANDS = (TreeCommands, InsideCommands, SteerCommands, SeedCommands, RuleCommands, ScoringCommands,
-                   CompareCommands, ModelCommands)  # fmt: skip
+                   CompareCommands, ModelCommands, DocumentCommands)  # fmt: skip
 
 # made by the controller, in this order, each given the controller as its host (controller.<its name>): traces and
-# models first (the others ask whether a trace is viewed or a model loads); recovery last (it may restore a session
-# at once, through the others)
+# models first (the others ask whether a trace is viewed or a model loads); documents, then recovery, last (they
+# open a session through the others; recovery autosaves what documents make)
 WINDOW_SIDES = (Traces, Loading, Ruling, Seeding, Scoring, Comparing, Branches, LookingInside, Steering, Watching,
-                Recovery)  # fmt: skip
+                Documents, Recovery)  # fmt: skip

@@ -5,16 +5,12 @@ import json
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, QSize, Qt
-from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QComboBox,
-    QFileDialog,
     QHBoxLayout,
-    QInputDialog,
     QLabel,
     QLineEdit,
     QMainWindow,
-    QMessageBox,
     QPushButton,
     QScrollArea,
     QSplitter,
@@ -27,12 +23,13 @@ import engine
 from .compare.panel import ComparisonPanel
 from .controller import Controller
 from .docks import Docks
+from .documents.recovery import RecoveryBanner
 from .errors import ExceptionHook
+from .file_menu import file_menu
 from .inside.panel import InsidePanel
 from .inside.steering_banner import SteeringBanner
 from .models.picker import example_prompt
 from .palette import DEFAULT_PALETTE, PALETTES
-from .recovery.recovery import RecoveryBanner
 from .remembered import RememberedReader, notes_text, prompt_to_remember, quoted
 from .rules.panel import RulesPanel
 from .run_speed import runtime_text
@@ -42,7 +39,6 @@ from .shortcuts import menu, palette_menu
 from .steer.panel import SteerPanel
 from .strip.uncertainty_strip import UncertaintyStrip
 from .tree.panel import TreePanel
-from .watch.menu import watch_actions
 from .widgets.chart import DistributionChart
 from .widgets.controls import Controls
 from .widgets.elided_label import ElidedLabel
@@ -69,7 +65,6 @@ class MainWindow(QMainWindow):
         super().__init__()
         self.model = model if model is not None else engine.load_model()
         self.prefs = settings if settings is not None else QSettings("TokenPlayground", "Token Playground")
-        self.setWindowTitle(f"Token Playground — {self.model.name}")
         self.resize(default_size(self.screen()))
 
         self.controls = Controls(self.model.vocab_size or 1_000_000, self.model.context_length)  # a server's: unknown
@@ -134,6 +129,7 @@ class MainWindow(QMainWindow):
         self.reset_layout_action = self.docks.fill_menu(menu(self, "&View"))  # each dock, and Reset layout
         self._restore()
         self.controller.check_prompt()
+        self.controller.begin()  # the untitled session's first state; the last session reopened (or offered)
 
     # --- public interface ------------------------------------------------------------------------------
     def session(self) -> "engine.Session | None":
@@ -237,61 +233,7 @@ class MainWindow(QMainWindow):
             action.setChecked(name == palette)
 
     def _menu(self) -> None:
-        file_menu = self.menuBar().addMenu("&File")
-        export = QAction("Export trace...", self, shortcut=QKeySequence("Ctrl+S"))
-        export.triggered.connect(lambda: self._export_dialog())
-        export_active = QAction("Export the active branch alone...", self)
-        export_active.setObjectName("exportActiveAction")
-        export_active.triggered.connect(lambda: self._export_dialog("active"))
-        open_ = QAction("Open trace...", self, shortcut=QKeySequence("Ctrl+O"))
-        open_.triggered.connect(self._open_dialog)
-        self.replay_action = QAction("Replay trace", self, shortcut=QKeySequence("Ctrl+P"))
-        self.replay_action.setEnabled(False)
-        self.replay_action.triggered.connect(lambda: self.controller.traces.replay())
-        score = QAction("Score a text...", self, shortcut=QKeySequence("Ctrl+T"))
-        score.setObjectName("scoreTextAction")
-        score.triggered.connect(self._score_dialog)
-        compare = QAction("Compare with a second model...", self, shortcut=QKeySequence("Ctrl+Shift+C"))
-        compare.setObjectName("compareModelAction")
-        compare.triggered.connect(self._compare_dialog)
-        quit_ = QAction("Quit", self, shortcut=QKeySequence("Ctrl+Q"))
-        quit_.triggered.connect(self.close)
-        for action in (export, export_active, open_, self.replay_action, score, compare, *watch_actions(self)):
-            file_menu.addAction(action)
-        file_menu.addSeparator()
-        file_menu.addAction(quit_)
-
-    def _score_dialog(self) -> None:
-        text, ok = QInputDialog.getMultiLineText(self, "Score a text",
-                                                 "A text to read token by token: what did the model expect?")  # fmt: skip
-        if ok and text:
-            self.controller.scoring.score_text(text)
-
-    def _compare_dialog(self) -> None:
-        picker = self.controller.models.picker
-        labels = [entry.label for entry in picker.entries]
-        label, ok = QInputDialog.getItem(self, "Compare with a second model",
-                                         "Read the text in the view with this model too:", labels, 0, False)  # fmt: skip
-        if ok and label in labels:
-            request = picker.request_for(picker.entries[labels.index(label)])
-            if request is not None:
-                self.controller.comparing.compare_with(request)
-
-    def _export_dialog(self, branches: str = "all") -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Export trace", "trace.json", "Trace (*.json)")
-        if path:
-            try:
-                self.export_trace(path, branches)
-            except (ValueError, OSError) as error:
-                QMessageBox.warning(self, "Export trace", str(error))
-
-    def _open_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Open trace", "", "Trace (*.json)")
-        if path:
-            try:
-                self.open_trace(path)
-            except (ValueError, OSError) as error:
-                QMessageBox.warning(self, "Open trace", str(error))
+        self.session_menu, self.replay_action = file_menu(self)  # playground/file_menu.py
 
     def show_samplers(self) -> None:
         self.show_panel(self.sampler_scroll)

@@ -24,8 +24,8 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 
 import engine  # noqa: E402
 
+from .documents.autosave import DATA_ENV  # noqa: E402
 from .main_window import MainWindow  # noqa: E402
-from .recovery.autosave import DATA_ENV  # noqa: E402
 
 STORY, STORY_COLOUR = "story model", " blue"  # the picture's first colour, which the story writes again
 STORY_HEAD = (0, 3)  # the head that copies it, 0-based (docs/inside.md: "layer 1 head 4")

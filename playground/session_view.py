@@ -19,6 +19,13 @@ class SessionView:
     healing: str | None = None  # token healing: the text the next steps must spell first (cut from the end)
     events: int = 0  # how many events the session has noted (a rule that could not act, a slow rule disabled)
     last_event: str | None = None  # the latest of them: the status bar shows each new one
+    number: int = 0  # which session this is: the worker counts every session it has had (started, replayed, none)
+    changes: int = 0  # its actions and tree edits so far: (number, changes) moves with every change of the session
+
+    @property
+    def revision(self) -> tuple[int, int]:
+        """What a saved session file is compared with: another session, or this one changed since (documents/)."""
+        return self.number, self.changes
 
 
 class KnownSession:

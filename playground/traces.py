@@ -5,6 +5,7 @@ session's trace made by the worker for export, and a session put back on a reloa
 from concurrent import futures
 
 from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import QMessageBox
 
 import engine
 
@@ -27,9 +28,12 @@ class Traces(QObject):
         self._waiting: int | None = None  # the replay request the GUI waits for
         self._reloaded: int | None = None  # the replay request that puts a session back on a reloaded model
         self._requests = 0
+        self._after_load: dict | None = None  # a trace to replay once its own model is in
         self.replayRequested.connect(host.worker.replay)
         self.traceWanted.connect(host.worker.make_trace)
         host.worker.replayed.connect(self._on_replayed)
+        host.modelChanged.connect(self._model_in)
+        host.worker.failed.connect(lambda _text: setattr(self, "_after_load", None))  # its model did not open
 
     @property
     def replaying(self) -> bool:
@@ -74,9 +78,46 @@ class Traces(QObject):
         host.status(status)
 
     def replay(self) -> None:
-        if self.viewed is not None and not self.host.running and self._waiting is None:
-            self.host.status("Replaying...")
-            self._send(self.viewed)
+        if self.viewed is None or self.host.running or self._waiting is not None:
+            return
+        recorded = self.viewed["model"]
+        if not engine.same_model(recorded, self.host.model.describe()):
+            self._offer_its_model(self.viewed)
+            return
+        self.host.status("Replaying...")
+        self._send(self.viewed)
+
+    def _offer_its_model(self, trace: dict) -> None:
+        """A trace of another model: one sentence naming both, and the offer to open its model and replay it there
+        (where this computer has a model of that name), or to keep it open read-only."""
+        recorded, host = trace["model"], self.host
+        sentence = engine.other_model_sentence(recorded, host.model.describe())
+        request = host.models.request_for_model(recorded)
+        if request is None:
+            host.status(f"{sentence}. No model of that name is on this computer: the trace stays open read-only "
+                        "(open its model, then Replay).", error=True)  # fmt: skip
+            return
+        buttons = QMessageBox.StandardButton
+        answer = QMessageBox.question(self.window, "Replay on its own model",
+                                      f"{sentence}.\n\nOpen {recorded['name']} and replay the trace there? (Cancel "
+                                      "keeps it open read-only.)", buttons.Open | buttons.Cancel)  # fmt: skip
+        if answer != buttons.Open:
+            host.status(f"{sentence}. The trace stays open read-only.")
+            return
+        self._after_load = trace
+        host.models.open_model(request.pop("source"), ask=False, **request)
+
+    def _model_in(self, model) -> None:
+        """The model a trace was recorded with is in (the load emptied the view): the trace again, and its replay."""
+        trace, self._after_load = self._after_load, None
+        if trace is None:
+            return
+        self.open_trace(trace)
+        if engine.same_model(trace["model"], model.describe()):
+            self.replay()
+        else:
+            self.host.status(f"{model.source or model.name} holds other weights than the trace's "
+                             f"{trace['model']['name']}: it stays open read-only.", error=True)  # fmt: skip
 
     def put_back(self, trace: dict) -> None:
         """The session of a reloaded model: its trace replayed on it (the status bar says how that went)."""
@@ -108,7 +149,7 @@ class Traces(QObject):
         else:
             window.stop_reason.setText(f"Replayed: {stop_text(stopped)}" if stopped else "Replayed")
         shown = (f"The view now shows the replayed run ({len(steps)} steps); open the trace again to see the "
-                 "recorded one." if not report.identical else "The view shows the replayed run; Step or Generate "
+                 "recorded one." if not report.same_tokens else "The view shows the replayed run; Step or Generate "
                  "carries on from it.")  # fmt: skip
         notes = " ".join(report.notes)
         if reloaded:  # another engine or context computes the numbers a little differently: said, not an error
@@ -116,5 +157,5 @@ class Traces(QObject):
             host.status(f"Reloaded {host.model.name}; the session is back (replayed on it: {report.summary()}). "
                         f"Step or Generate carries on from it. {notes}".strip(), error=stopped)  # fmt: skip
         else:
-            host.status(f"Replay: {report.summary()}. {shown} {notes}".strip(), error=not report.identical)
+            host.status(f"Replay: {report.summary()}. {shown} {notes}".strip(), error=not report.same_tokens)
         host.message.emit(report.summary())

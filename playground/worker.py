@@ -73,6 +73,7 @@ class GenerationWorker(QObject):
         self.model = model
         self.session: engine.Session | None = None  # this thread's only: the GUI reads the SessionView
         self._handled = 0  # session commands (start, reset) handled, for the SessionView
+        self._sessions = 0  # sessions this worker has had (SessionView.number)
         self._stop = threading.Event()
         self._stop_lock = threading.Lock()  # request_stop (GUI thread) and a run's end (_end_run) in turn
         self._work_stopped = False  # request_stop told the model to stop its work: the run's end undoes it
@@ -359,11 +360,12 @@ class GenerationWorker(QObject):
         the worker is idle: every run and command ends here)."""
         session = self.session
         if session is None:
-            view = SessionView(self._handled, generating=self._generating)
+            view = SessionView(self._handled, generating=self._generating, number=self._sessions)
         else:
             events = session.events
             view = SessionView(self._handled, session.prompt, len(session.steps), session.stopped, self._generating,
-                               session.healing, len(events), events[-1] if events else None)  # fmt: skip
+                               session.healing, len(events), events[-1] if events else None, self._sessions,
+                               len(session.actions) + len(session.tree.touched))  # fmt: skip
         self.changed.emit(view)
         for feature in self.features:
             feature.published(session)
@@ -371,6 +373,7 @@ class GenerationWorker(QObject):
     def replace_session(self, session) -> None:
         """Another session (started, replayed), or none (reset, another model): the features hear it first."""
         self.session = session
+        self._sessions += 1
         for feature in self.features:
             feature.session_changed(session)
 

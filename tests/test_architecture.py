@@ -124,7 +124,7 @@ def test_no_import_circle(folder):
 
 # The window's features: each folder holds one feature's panel, GUI side and worker-side commands. A feature imports
 # the host (playground's top-level modules and widgets/) and the engine, never another feature: the host wires them.
-FEATURES = ("compare", "inside", "models", "recovery", "rules", "samplers", "seeds", "steer", "strip", "tree", "watch")
+FEATURES = ("compare", "inside", "documents", "models", "rules", "samplers", "seeds", "steer", "strip", "tree", "watch")
 
 
 def feature_of(module: str) -> str | None:
@@ -157,7 +157,7 @@ def test_the_worker_host_imports_no_feature():
 
 # The window's Qt-free parts: parsers, numbers, colours, what the GUI knows of the session. Tested without a window;
 # none may import Qt, directly or through another module of the window.
-QT_FREE = ("engines", "inside.shown", "palette", "prompt_check", "recovery.autosave", "remembered", "run_speed",
+QT_FREE = ("engines", "inside.shown", "palette", "prompt_check", "documents.autosave", "documents.document", "remembered", "run_speed",
            "samplers.parse", "session_view", "strip.measures", "token_text", "tree.numbers", "widgets.chart_rows",
            "widgets.token_colours")  # fmt: skip
 

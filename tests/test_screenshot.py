@@ -6,7 +6,7 @@ import os
 import pytest
 from PySide6.QtGui import QImage
 
-from playground.recovery.autosave import DATA_ENV
+from playground.documents.autosave import DATA_ENV
 from playground.screenshot import main, render
 
 

@@ -18,8 +18,8 @@ from PySide6.QtWidgets import QLabel, QPushButton
 from test_window import WAIT, child, generate, step, type_prompt
 
 import engine
-from playground.recovery.autosave import MARKER
-from playground.recovery.saver import AutosaveWriter
+from playground.documents.autosave import MARKER
+from playground.documents.saver import AutosaveWriter
 
 
 def sessions(data_dir):
@@ -27,7 +27,12 @@ def sessions(data_dir):
 
 
 def saved(data_dir, name="autosave.json") -> dict:
-    return engine.load_trace(sessions(data_dir) / name)
+    """The autosaved session file (engine/core/session_file.py)."""
+    return engine.load_session_file(sessions(data_dir) / name)
+
+
+def saved_trace(data_dir, name="autosave.json") -> dict:
+    return saved(data_dir, name)["trace"]
 
 
 def writes_settle(qtbot, win, count: int) -> None:
@@ -52,23 +57,23 @@ def test_a_run_and_a_command_are_saved_once_each_and_the_previous_kept(qtbot, wi
     assert steps > 20
     writes_settle(qtbot, window, 1)  # one file for the whole run, none per token
     first = saved(data_dir)
-    assert len(first["steps"]) == steps and first["text"] == window.token_view.whole_text()
-    assert first["autosave"]["window"]["settings"] == window.controls.settings()
-    assert first["autosave"]["load"] == {"source": None}  # the built-in story model
+    assert len(first["trace"]["steps"]) == steps and first["trace"]["text"] == window.token_view.whole_text()
+    assert first["window"]["settings"] == window.controls.settings()
+    assert first["model"]["load"] == {"source": None}  # the built-in story model
     view = window.token_view  # a command: a click on the 6th token, then Continue from here
     view.click_step(5)
     with qtbot.waitSignal(window.controller.runFinished, timeout=WAIT):
         qtbot.mouseClick(child(window, QPushButton, "continueButton"), Qt.MouseButton.LeftButton)
     writes_settle(qtbot, window, 2)
     assert saved(data_dir, "autosave.prev.json") == first  # the previous one, kept whole
-    assert saved(data_dir)["text"] == window.token_view.whole_text()
+    assert saved_trace(data_dir)["text"] == window.token_view.whole_text()
     recovery = window.controller.recovery  # asked again with nothing changed: nothing is made or written
     recovery.saveWanted.emit(recovery.window_state())
     writes_settle(qtbot, window, 2)
     window.controls.seed.setValue(99)  # what the window shows counts too
     recovery.saveWanted.emit(recovery.window_state())
     writes_settle(qtbot, window, 3)
-    assert saved(data_dir)["autosave"]["window"]["settings"]["seed"] == 99
+    assert saved(data_dir)["window"]["settings"]["seed"] == 99
     names = sorted(path.name for path in sessions(data_dir).iterdir())
     assert names == ["autosave.json", "autosave.prev.json", MARKER]  # no temporary left behind
 
@@ -99,7 +104,7 @@ def test_runs_back_to_back_are_saved_once_when_the_worker_is_quiet(qtbot, window
     window.controls.temperature.setValue(1.0)
     runs_back_to_back(qtbot, window, STORY_STARTS)
     writes_settle(qtbot, window, 1)  # before: one trace made and handed over per run (5)
-    trace = saved(data_dir)
+    trace = saved_trace(data_dir)
     assert trace["prompt"] == STORY_STARTS[-1] and trace["text"] == window.token_view.whole_text()
 
 
@@ -107,7 +112,7 @@ def test_runs_that_keep_coming_are_still_saved_every_longest_wait(qtbot, window,
     """Runs back to back, each longer than the quiet moment a save waits for (here 1 ms): a save asked for as the
     next run starts is not made (the worker saves between runs only), so the change stays owed and is saved at a
     run's end once it waited LONGEST_WAIT_MS (here 30 ms), not put off again run after run."""
-    from playground.recovery import recovery
+    from playground.documents import recovery
 
     monkeypatch.setattr(recovery, "QUIET_MS", 1)
     monkeypatch.setattr(recovery, "LONGEST_WAIT_MS", 30)
@@ -126,7 +131,7 @@ def test_closing_right_after_a_run_saves_that_run(qtbot, story_model, prefs, dat
     runs_back_to_back(qtbot, window, STORY_STARTS[:2])
     text = window.token_view.whole_text()
     window.close()  # at once: the quiet moment the save waits for has not come
-    assert saved(data_dir)["text"] == text and saved(data_dir)["prompt"] == STORY_STARTS[1]
+    assert saved_trace(data_dir)["text"] == text and saved_trace(data_dir)["prompt"] == STORY_STARTS[1]
     assert (sessions(data_dir) / MARKER).read_text() == ""  # a clean close
 
 
@@ -140,7 +145,7 @@ def test_the_autosave_holds_what_session_trace_holds_save_after_save(story_model
         job = writer.job()
         writer.submit(job, session.trace(record=job.record))
         assert writer.wait()
-        recorded, now = saved(data_dir), session.trace()
+        recorded, now = engine.load_trace(sessions(data_dir) / "autosave.json"), session.trace()
         assert {k: v for k, v in recorded.items() if k != "created_utc"} == {
             k: v for k, v in now.items() if k != "created_utc"
         }
@@ -164,7 +169,7 @@ KILLED_WRITER = textwrap.dedent("""
     import sys
     from pathlib import Path
     import engine
-    from playground.recovery.saver import AutosaveWriter
+    from playground.documents.saver import AutosaveWriter
     session = engine.Session(engine.load_model(), "mia has a red ball.", max_new_tokens=20)
     session.run()
     writer = AutosaveWriter(Path(sys.argv[1]))
@@ -241,8 +246,8 @@ CHILD = textwrap.dedent("""
 
     def saved_now():
         try:
-            trace = engine.load_trace(path)
-        except ValueError:
+            trace = engine.load_session_file(path)["trace"]
+        except (ValueError, TypeError):
             return False
         nodes = len(trace["tree"]["nodes"]) == len(window.tree_panel.nodes)
         return trace["text"] == window.token_view.whole_text() and nodes
@@ -300,7 +305,7 @@ def test_after_a_kill_the_next_window_restores_the_same_text_tree_and_settings(q
     assert child(window, QLabel, "treeSummary").text() == before["tree"]
     assert window.controls.settings() == before["settings"]
     assert window.message_label.text().startswith("Restored the last session: identical: all 21 steps replayed")
-    trace = saved(data_dir)  # the autosave the replay made, with the controls back
+    trace = saved_trace(data_dir)  # the autosave the replay made, with the controls back
     assert engine.replay(trace, story_model).identical
     step(qtbot, window)  # the session goes on from where it was
     assert window.token_view.step_count() == 22
@@ -341,7 +346,7 @@ def test_restore_opens_the_recorded_model_when_another_is_in_use(qtbot, story_mo
     with qtbot.waitSignal(window.controller.recovery.restored, timeout=WAIT) as restored:
         qtbot.mouseClick(child(window, QPushButton, "restoreButton"), Qt.MouseButton.LeftButton)
     assert restored.args == [True]
-    assert window.windowTitle() == "Token Playground — tiny" and window.model.source == str(path)
+    assert " — tiny — Token Playground" in window.windowTitle() and window.model.source == str(path)
     window.controller.flush()
     assert window.token_view.whole_text() == text
     assert "identical" in window.message_label.text()
@@ -379,7 +384,7 @@ def test_a_clean_close_offers_nothing_and_a_second_window_leaves_the_first_ones_
     type_prompt(qtbot, second, "ben has a blue cup.")
     generate(qtbot, second)
     qtbot.wait(300)
-    assert saved(data_dir)["prompt"] == "mia has a red ball."  # the first window's, untouched
+    assert saved_trace(data_dir)["prompt"] == "mia has a red ball."  # the first window's, untouched
     second.close()
     first.close()
     assert (sessions(data_dir) / MARKER).read_text() == ""

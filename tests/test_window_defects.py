@@ -384,7 +384,8 @@ def test_a_prompt_ending_in_a_space_is_warned_about(qtbot, window):
 
 # --- 14: an exception in a slot --------------------------------------------------------------------------
 @pytest.mark.qt_no_exception_capture
-def test_an_exception_in_a_slot_reaches_the_status_bar_and_the_log(qtbot, window, caplog):
+@pytest.mark.shows_unexpected_error
+def test_an_exception_in_a_slot_reaches_the_status_bar_and_the_log(qtbot, window, caplog, data_dir):
     def broken_slot():
         raise ZeroDivisionError("a slot that raises")
 
@@ -392,4 +393,5 @@ def test_an_exception_in_a_slot_reaches_the_status_bar_and_the_log(qtbot, window
     with caplog.at_level(logging.ERROR, logger="playground"):
         qtbot.mouseClick(window.insert_button, Qt.MouseButton.LeftButton)
     assert "ZeroDivisionError: a slot that raises" in window.message_label.text()
+    assert window.message_label.text().endswith(f"The details are in {data_dir / 'logs' / 'playground.log'}")
     assert any(record.exc_info and record.exc_info[0] is ZeroDivisionError for record in caplog.records)

@@ -104,7 +104,7 @@ def test_another_model_over_a_session_asks_first(qtbot, prefs, story_model, smol
     text = win.token_view.text()
     asked = answer_questions(monkeypatch, ok=False)
     win.controller.models.open_model({"source": str(smollm2_file), "backend": "llama.cpp", "threads": 1})
-    assert "closes" in asked[0] and "Export trace" in asked[0]
+    assert "closes" in asked[0] and "Save session" in asked[0]
     assert not win.controller.models.loading and win.model is story_model and win.token_view.text() == text
     answer_questions(monkeypatch)
     open_smollm2(qtbot, win)

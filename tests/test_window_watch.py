@@ -38,6 +38,39 @@ def test_a_served_request_appears_live_and_its_trace_opens(qtbot, window, story_
         assert not window.controller.watching.watching
 
 
+def test_watching_leaves_the_persons_session_as_it_was(qtbot, window, story_model, monkeypatch):
+    """Watching opens the watched requests in a session of their own; Stop watching (the status bar's button)
+    brings back the person's own: its text, tree, prompt box and Max new exactly as they were."""
+    from test_window import generate, type_prompt
+
+    type_prompt(qtbot, window, "ben has a blue cup.")
+    window.controls.max_tokens.setValue(30)
+    window.controls.temperature.setValue(1.0)
+    window.rules_panel.add_rule(" cup", "insert", " and a hat")
+    generate(qtbot, window)
+    text, nodes = window.token_view.whole_text(), len(window.tree_panel.nodes)
+    settings, title = window.controls.settings(), window.windowTitle()
+    with served(story_model) as url:
+        window.controller.watching.start(url)
+        assert window.controller.documents.parked and window.windowTitle().startswith(f"Watching {url}")
+        qtbot.wait(1500)  # the watch stream is open before the request is made
+        client = openai.OpenAI(base_url=url, api_key="none", max_retries=0)
+        client.completions.create(model=story_model.name, prompt="mia has a red ball.", max_tokens=12, seed=9)
+        qtbot.waitUntil(lambda: window.controller.traces.viewed is not None, timeout=WAIT)
+        assert window.controls.max_tokens.value() == 12 and window.token_view.whole_text() != text
+        back = window.controller.watching.back
+        assert back.isVisible()
+        with qtbot.waitSignal(window.controller.documents.opened, timeout=WAIT) as opened:
+            back.click()
+    assert opened.args == [True, "back"] and not back.isVisible()
+    window.controller.flush()
+    assert window.token_view.whole_text() == text and len(window.tree_panel.nodes) == nodes
+    assert window.controls.prompt.toPlainText() == "ben has a blue cup." and window.controls.settings() == settings
+    assert window.rules_panel.all_rules()[0].when == " cup"
+    assert window.windowTitle() == title and not window.controller.watching.watching
+    assert window.message_label.text().startswith("Back to your session (Untitled): identical: ")
+
+
 def test_a_server_that_is_not_there_is_said(qtbot, window):
     window.controller.watching.start("http://127.0.0.1:9/v1")
     qtbot.waitUntil(lambda: "Stopped watching" in window.message_label.text(), timeout=WAIT)

@@ -48,8 +48,7 @@ def replay_session(trace: dict, model, cancelled=None, other_model: bool = False
     notes = []
     if not same_model(trace["model"], model.describe()):
         if not other_model:
-            raise OtherModelError(f"{recorded_on(trace['model'])}, and the loaded model is {_named(model.describe())}: "
-                                  f"replay it on {trace['model']['name']}", trace["model"])  # fmt: skip
+            raise OtherModelError(other_model_sentence(trace["model"], model.describe()), trace["model"])
         notes.append(f"recorded with {trace['model']['name']} {trace['model']['weights_sha256'][:12]}, "
                      f"replayed with {model.name} {model.weights_sha256[:12]}")  # fmt: skip
     _check_ids(trace, model)
@@ -99,6 +98,11 @@ def same_model(recorded: dict, here: dict) -> bool:
     """Whether a trace's "model" is this model's describe(): the same weights, and the same server (if any)."""
     return (recorded["weights_sha256"], recorded.get("url"), recorded.get("server_model")) == (
         here["weights_sha256"], here.get("url"), here.get("server_model"))  # fmt: skip
+
+
+def other_model_sentence(recorded: dict, loaded: dict) -> str:
+    """'This trace was recorded with X (weights ...), and the loaded model is Y (weights ...): replay it on X'."""
+    return f"{recorded_on(recorded)}, and the loaded model is {_named(loaded)}: replay it on {recorded['name']}"
 
 
 def recorded_on(recorded: dict) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QMessageBox
 
-from .picker import ModelPicker
+from .picker import ModelPicker, example_prompt
 
 
 class Loading(QObject):
@@ -40,7 +40,9 @@ class Loading(QObject):
         Settings..., or another engine) gets the session back (its log replayed there); another model closes it."""
         if isinstance(source, dict):  # a request from the picker
             source, options = source["source"], {k: v for k, v in source.items() if k != "source"}
-        kept = self._session_to_keep(source, options.get("backend"), options.pop("keep_session", False))
+        ask = options.pop("ask", True)  # False: a session being opened (documents/) asked already
+        keep_session = options.pop("keep_session", False)
+        kept = self._session_to_keep(source, options.get("backend"), keep_session) if ask else None
         if kept is False:
             return  # the person kept the model as it is
         self._kept_trace = kept
@@ -51,6 +53,22 @@ class Loading(QObject):
         engine_name = f" with {options['backend']}" if options.get("backend") else ""
         self.host.status(f"Loading {source or 'the story model'}{engine_name}...")
         self.loadRequested.emit({"source": source, **options})
+
+    def example_prompt(self) -> str:
+        """What the prompt box offers the model in use before anything is typed."""
+        return example_prompt(self.host.model)
+
+    def request_for_model(self, recorded: dict) -> dict | None:
+        """The load request for the model a trace names (its "model"), where this computer has one of that name: the
+        built-in story model, a found GGUF file (on the engine it was recorded on, if it can), a server's URL; None
+        where none is known. Its weights are checked once it is in (engine.same_model)."""
+        if recorded.get("url"):
+            return {"source": recorded["url"], "model_name": recorded.get("server_model")}
+        if recorded["name"] == "story model":
+            return {"source": None}
+        entries = [e for e in self.picker.entries if e.found is not None and recorded["name"] in _names(e.found)]
+        entries.sort(key=lambda e: e.backend != recorded.get("backend", "numpy"))  # its own engine first
+        return self.picker.request_for(entries[0]) if entries else None
 
     def cancel(self) -> None:
         self.host.worker.models.cancel_load()
@@ -70,8 +88,7 @@ class Loading(QObject):
             answer = QMessageBox.question(
                 self.window, "Open another model",
                 f"Open {other}? The session on {name} ({view.steps} steps) closes: its text and tree do not carry "
-                "over to another model. File > Export trace keeps them (the autosave keeps the last one until the "
-                "next run).", ok | cancel,
+                "over to another model. File > Save session keeps them.", ok | cancel,
             )  # fmt: skip
             return None if answer == ok else False
         how = "with these settings" if new_settings else f"with {backend}"
@@ -112,3 +129,8 @@ class Loading(QObject):
         if self._kept_trace is not None:  # a reload: the session goes back on, replayed
             trace, self._kept_trace = self._kept_trace, None
             host.traces.put_back(trace)
+
+
+def _names(found) -> set[str]:
+    """What a found file may be called in a trace (the engine names a model by its file, without .gguf)."""
+    return {found.name, found.name.removesuffix(".gguf"), Path(found.path).stem}

@@ -74,10 +74,9 @@ class ModelPicker(QObject):
         window.controls.model_settings.clicked.connect(self.edit_settings)
 
     def model_loaded(self, model, previous) -> None:
-        """A new model is in: the window's title, it joins the recent files, and what show_model does. The prompt
+        """A new model is in: it joins the recent files, and what show_model does. The prompt
         box keeps what was typed there; only the previous model's example, untouched, or nothing, becomes the
         new model's example."""
-        self.window.setWindowTitle(f"Token Playground — {model.name}")
         typed = self.controls.prompt.toPlainText()
         if not typed.strip() or typed == example_prompt(previous):
             self.controls.prompt.setPlainText(example_prompt(model))

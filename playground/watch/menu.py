@@ -1,7 +1,7 @@
-"""File > Watch a server... and Stop watching."""
+"""File > Watch a server... and Stop watching, and the status bar's button back to the person's session."""
 
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QInputDialog, QMessageBox
+from PySide6.QtWidgets import QInputDialog, QMessageBox, QPushButton
 
 DEFAULT_URL = "http://127.0.0.1:8000/v1"  # python -m engine serve's own default
 
@@ -26,3 +26,12 @@ def watch_actions(window) -> tuple[QAction, QAction]:
     stop.setObjectName("stopWatchingAction")
     stop.triggered.connect(lambda: window.controller.watching.stop())
     return watch, stop
+
+
+def back_button(window) -> QPushButton:
+    """'Stop watching' in the status bar, shown while a server is watched (its session is the window's meanwhile)."""
+    button = QPushButton("Stop watching: back to your session", objectName="backToSessionButton")
+    button.setToolTip("Stop watching the server; your session comes back exactly as it was")
+    button.hide()
+    window.statusBar().addPermanentWidget(button)
+    return button

@@ -14,6 +14,8 @@ from PySide6.QtCore import QObject, Signal
 
 import engine
 
+from .menu import back_button
+
 
 class Watching(QObject):
     eventArrived = Signal(object)  # from the reading thread: one event of the watch stream, parsed
@@ -29,6 +31,8 @@ class Watching(QObject):
         self._thread: threading.Thread | None = None
         self._request: str | None = None  # the request shown now
         self.live = False  # a watched request is running: the feed shows its steps as a local run's
+        self.back = back_button(host.window)  # in the status bar while watching: a click brings the session back
+        self.back.clicked.connect(self.stop)
         self.eventArrived.connect(self._on_event)
         self.watchEnded.connect(self._on_ended)
 
@@ -42,15 +46,27 @@ class Watching(QObject):
         url = url.strip().rstrip("/")
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"a server's URL starts with http:// or https://, got {url!r}")
-        self.stop()
+        self._end_reading()
+        if not self.host.documents.park():  # the person's session set aside, as it is (said if it cannot be)
+            return
         self.url, self._stop = url, threading.Event()
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._thread = threading.Thread(target=self._read, args=(url, headers, self._stop), daemon=True,
                                         name="watch a server")  # fmt: skip
         self._thread.start()
-        self.host.status(f"Watching {url}: its requests appear here as they run.")
+        self.back.show()
+        self.host.documents.show_title()
+        self.host.status(f"Watching {url}: its requests appear here as they run; Stop watching brings your session "
+                         "back as it was.")  # fmt: skip
 
     def stop(self) -> None:
+        """Stop watching: the window goes back to the person's session exactly as it was."""
+        self._end_reading()
+        self.host.feed.set_live(False)
+        self.back.hide()
+        self.host.documents.unpark()
+
+    def _end_reading(self) -> None:
         self.live = False
         if self._thread is not None:
             self._stop.set()  # the reader sees it at the server's next ping (every second) or event
@@ -88,7 +104,7 @@ class Watching(QObject):
             elif kind == "end" and event.get("request") == self._request:
                 self._ended(event)
         except (ValueError, TypeError, KeyError) as error:  # what the server sent is not what it should be
-            self.stop()
+            self._end_reading()
             self.host.status(f"Stopped watching {self.url}: it sent {error}", error=True)
 
     def _started(self, event: dict) -> None:
@@ -121,7 +137,8 @@ class Watching(QObject):
     def _on_ended(self, why: str) -> None:
         self._thread = None
         if why:
-            self.host.status(f"Stopped watching: {why}", error=True)
+            self.host.status(f"Stopped watching: {why} (Stop watching brings your session back)", error=True)
 
     def close(self) -> None:
-        self.stop()
+        """The window closes: the reading ends (the autosave keeps the person's session, set aside as it was)."""
+        self._end_reading()

@@ -1,18 +1,13 @@
-"""The autosave itself: after each run or command, the worker's session as a trace in sessions/autosave.json
-(autosave.py says where), the one before kept as autosave.prev.json. Never per token, and never on the GUI
+"""The autosave's writer: the session file (documents/document.py) in sessions/autosave.json (autosave.py says where),
+the one before kept as autosave.prev.json, written on a thread of its own. Never per token, and never on the GUI
 thread while the worker runs (a clean close makes the save that still waits there, the worker stopped).
 
-Once the worker's published view has been idle a moment (recovery.py: runs back to back are saved once, not
-after each; a clean close saves what waits), the GUI sends the window's state (the controls' settings, the
-prompt box) to a SessionSaver, which runs in the worker's thread (the session is that thread's only). If the
-session or that state changed since the last save, it builds the trace with a placeholder for each step and
-hands it to the AutosaveWriter's own thread, which encodes the steps, writes the file atomically and rotates
-the previous one. A step is immutable, so the writer encodes each one once and keeps its JSON for the next
-saves: a 1,000-step session costs the worker a few milliseconds per run, not the ~250 ms of encoding it
-whole (bench/autosave_speed.py).
-
-The file is a trace (File > Open trace opens it) with one more field: "autosave": {"window": that state,
-"load": what engine.load_model takes to open its model again}.
+Once the worker's published view has been idle a moment, or a second after the prompt box or the rules changed
+(recovery.py), the GUI sends the window's state to the worker's DocumentCommands (commands.py), which makes the
+document with a placeholder for each step and hands it here; this thread encodes the steps, writes the file
+atomically and rotates the previous one. A step is immutable, so the writer encodes each one once and keeps its
+JSON for the next saves: a 1,000-step session costs the worker a few milliseconds per save, not the ~250 ms of
+encoding it whole (bench/autosave_speed.py).
 """
 
 import json
@@ -20,31 +15,15 @@ import re
 import secrets
 import threading
 import time
-import weakref
 from pathlib import Path
-
-from PySide6.QtCore import QObject, Slot
 
 import engine
 
-from ..engines import model_backend
 from .autosave import AUTOSAVE, rotate
 
 
-def load_request(model) -> dict:
-    """{"source": the file or URL the model came from (None: the built-in story model), and the options that
-    open it the same way}: the trace's "model" names the weights, this where to find them."""
-    request = {"source": getattr(model, "source", "") or None}
-    described = model.describe()
-    if described.get("url"):
-        request["model_name"] = described.get("server_model")
-    elif model_backend(model) is not None:  # a GGUF file
-        request |= {"backend": model_backend(model), "context_length": model.context_length}
-    return request
-
-
 class TraceJob:
-    """One trace to write: record(step) stands in for Step.to_dict (Session.trace's `record`), giving a
+    """One document to write: record(step) stands in for Step.to_dict (Session.trace's `record`), giving a
     placeholder string the writer replaces with the step's JSON."""
 
     def __init__(self, tag: str):
@@ -148,30 +127,3 @@ class AutosaveWriter:
 
 def _step_json(step) -> bytes:
     return json.dumps(step.to_dict(), ensure_ascii=False).encode("utf-8")
-
-
-class SessionSaver(QObject):
-    """Lives in the worker's thread: save(window) after a run or command hands the session's trace to the
-    writer, once per change of the session or of the window's state."""
-
-    def __init__(self, worker, writer: AutosaveWriter):
-        super().__init__()
-        self.worker, self.writer = worker, writer
-        self._saved: tuple | None = None  # what the last save was of
-        self._session = lambda: None  # that session (weakly: a session is the model's memory)
-
-    @Slot(object)
-    def save(self, window: dict) -> None:
-        session = self.worker.session
-        if session is None or self.worker.generating:
-            return  # a run saves when it ends
-        tree = session.tree
-        state = (len(session.actions), len(tree.touched), len(session.steps), session.stopped,
-                 json.dumps(window, sort_keys=True))  # fmt: skip
-        if self._session() is session and state == self._saved:
-            return
-        job = self.writer.job()
-        trace = session.trace("all", record=job.record)
-        trace["autosave"] = {"window": window, "load": load_request(session.model)}
-        self.writer.submit(job, trace)
-        self._session, self._saved = weakref.ref(session), state
