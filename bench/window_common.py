@@ -5,6 +5,8 @@ import tempfile
 from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+# the window's autosave in a folder of the bench's own: the person's session is neither reopened in it nor replaced
+os.environ.setdefault("TOKEN_PLAYGROUND_DATA", tempfile.mkdtemp(prefix="window-bench-"))
 
 from PySide6.QtCore import QElapsedTimer, QEventLoop, QSettings, QTimer  # noqa: E402
 

@@ -77,7 +77,9 @@ class Traces(QObject):
                        "trace's own, Generate what the controls show.")  # fmt: skip
         host.status(status)
 
-    def replay(self) -> None:
+    def replay(self, session: bool = False) -> None:
+        """Replay the trace shown; session: it is a session being put back (a session file opened), labelled as
+        any session is once replayed."""
         if self.viewed is None or self.host.running or self._waiting is not None:
             return
         recorded = self.viewed["model"]
@@ -85,7 +87,9 @@ class Traces(QObject):
             self._offer_its_model(self.viewed)
             return
         self.host.status("Replaying...")
-        self._send(self.viewed)
+        sent = self._send(self.viewed)
+        if session:
+            self._reloaded = sent
 
     def _offer_its_model(self, trace: dict) -> None:
         """A trace of another model: one sentence naming both, and the offer to open its model and replay it there

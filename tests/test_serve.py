@@ -12,7 +12,6 @@ import time
 import httpx
 import openai
 import pytest
-from vllm_server import vllm_server  # noqa: F401  (the session's real vLLM server, shared with test_vllm.py)
 
 import engine
 from engine.core.verdict import within_rounding
@@ -313,7 +312,7 @@ def test_a_watcher_sees_every_request_start_step_and_end(story_model, story_url)
     assert [e["step"] for e in first[1:-1]] == trace["steps"]
 
 
-def test_in_front_of_vllm_it_is_a_steering_proxy(vllm_server):  # noqa: F811
+def test_in_front_of_vllm_it_is_a_steering_proxy(vllm_server):
     """The same in front of a real vLLM server: the text is engine.generate's through vLLM, and a client's steer
     inserts mid-generation with the model going on after it, from vLLM's own scores."""
     remote = engine.load_model(vllm_server)

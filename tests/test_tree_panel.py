@@ -7,7 +7,7 @@ show what they are given."""
 import math
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction
@@ -424,6 +424,9 @@ seen_operations = st.lists(st.tuples(st.sampled_from(["add", "add", "add", "walk
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seen_operations)
+# found by the run of 2026-12-07: a row split above an expansion's open row closed it in the panel seen all along
+@example(ops=[("add", 0, False), ("add", 0, False), ("add", 0, True), ("add", 0, False), ("hide", 0, False),
+              ("add", 3, False)])  # fmt: skip
 def test_a_hidden_tab_builds_its_rows_when_shown_as_the_updates_would_have(qtbot, ops):
     """Behind another tab the panel builds no rows (runs back to back paid for rows nobody saw); once shown, its
     rows are those a panel updated all along shows: the same texts, bold, italic, open rows and current row, the

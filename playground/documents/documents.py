@@ -91,6 +91,7 @@ class Documents(QObject):
         """What the window shows now is the saved document (or, modified: still unsaved, as a hot exit kept it)."""
         self._saved = None if modified else (self.host.known.view.revision, fingerprint(self.state()))
         self.show_title()
+        self.host.recovery.want_save()  # the autosave says which file the session is now (hot exit)
 
     def show_title(self) -> None:
         """'<session>[*] — <model> — Token Playground': Qt shows [*] as '*' while there are unsaved changes."""
@@ -139,14 +140,14 @@ class Documents(QObject):
         self.path = Path(path)
         self.recent.add(self.path)
         self.mark_saved()
-        steps = 0 if document["trace"] is None else len(document["trace"]["steps"])
-        self.host.status(f"Saved the session ({steps} steps, {len(document['rules'])} rules) to {path}")
+        steps, rules = 0 if document["trace"] is None else len(document["trace"]["steps"]), len(document["rules"])
+        self.host.status(f"Saved the session ({_count(steps, 'step')}, {_count(rules, 'rule')}) to {path}")
         return True
 
     def new(self) -> bool:
         """File > New session: an empty text, tree and rules table, the model's example prompt (asks first when the
         session has unsaved changes)."""
-        if not self.may_discard("New session"):
+        if self._refused_while_watching() or not self.may_discard("New session"):
             return False
         self.reopening.forget()
         self.host.reset()
@@ -161,6 +162,8 @@ class Documents(QObject):
     def open_file(self, path) -> bool:
         """File > Open session... (or a recent one): asks first over unsaved changes; a file that is not a session
         file is said and changes nothing."""
+        if self._refused_while_watching():
+            return False
         try:
             document = engine.load_session_file(path)
         except ValueError as error:
@@ -191,9 +194,14 @@ class Documents(QObject):
             self.host.status(f"{said}.")
         self.opened.emit(restored, how)
 
+    def _refused_while_watching(self) -> bool:
+        if self._parked is not None:
+            self.host.status("Stop watching first: your session is set aside until then", error=True)
+        return self._parked is not None
+
     def may_discard(self, doing: str) -> bool:
         """Before work is discarded: nothing to lose, or the person saved it or chose to discard it."""
-        if not self.modified or self.parked:
+        if not self.modified:
             return True
         buttons = QMessageBox.StandardButton
         answer = QMessageBox.question(
@@ -240,3 +248,7 @@ def reopen_meta(document: dict) -> tuple[Path | None, bool]:
     """(the file the autosaved session was, whether it had unsaved changes) of a hot exit's autosave."""
     meta = hot_exit_meta(document)
     return (None if meta["path"] is None else Path(meta["path"])), meta["modified"]
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"

@@ -101,16 +101,16 @@ class Recovery(QObject):
         controls = self.window.controls
         for signal in (controls.prompt.textChanged, controls.chat_format.toggled, controls.samplers.changed,
                        self.window.rules_panel.rulesChanged):  # fmt: skip
-            signal.connect(lambda *_: self._want_save())
+            signal.connect(lambda *_: self.want_save())
 
     def _on_changed(self, view) -> None:
         """The worker published its session: once it is idle (after a run or a command), autosave it, when it has
         been quiet for QUIET_MS (or LONGEST_WAIT_MS after the oldest change not saved yet)."""
         self._idle = not view.generating
         if self._idle:
-            self._want_save()
+            self.want_save()
 
-    def _want_save(self) -> None:
+    def want_save(self) -> None:
         if self.writer is None or self.documents.busy:  # (closed; a session being opened, or set aside)
             return
         if self._owed_from != self.writer.submitted:  # nothing owed, or saved since: the wait starts now
@@ -191,7 +191,7 @@ class Recovery(QObject):
 
     def _opened(self, restored: bool, how: str) -> None:
         if how in ("reopened", "restored"):
-            self._want_save()  # the session as the window shows it now
+            self.want_save()  # the session as the window shows it now
         if how == "restored":
             self.restored.emit(restored)
 

@@ -66,7 +66,7 @@ class Reopening:
     def _replay(self, document: dict, path, how: str, modified: bool) -> None:
         self._pending = ("replay", document, path, how, modified)
         self.host.traces.open_trace(document["trace"])
-        self.host.traces.replay()
+        self.host.traces.replay(session=True)
 
     def _message(self, text: str) -> None:
         """The controller's word on the load or the replay an opening waits for."""

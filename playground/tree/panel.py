@@ -35,13 +35,14 @@ from .expand_controls import ExpandControls
 from .later import RowsLater
 from .menus import TreeMenus
 from .numbers import log10_of
+from .row_edits import RowEdits
 from .rows import LAST, UNVISITED, RowLook
 
 DROP_AFTER_MS = 250  # a rebuilt tree's old rows are freed in an event of their own, after the new ones show
 ROOT = NodeView(0, None, "", 1.0, "prompt")
 
 
-class TreePanel(TreeMenus, RowLook, QWidget):
+class TreePanel(TreeMenus, RowEdits, RowLook, QWidget):
     nodeClicked = Signal(int)  # the node whose branch should become the text (0: the prompt alone)
     renameRequested = Signal(int, str)  # name the branch ending at this node ("": no name)
     pinRequested = Signal(int, bool)  # pin (True) or unpin this node
@@ -222,57 +223,6 @@ class TreePanel(TreeMenus, RowLook, QWidget):
         self._leaves += parent == 0 or len(self.children[parent]) > 1
         self._unvisited += view.expanded
         self._mark(view)
-
-    def _add_row(self, view: NodeView) -> None:
-        """A new node's row: its parent's row goes on, splits, or gets a child row."""
-        node, parent = view.id, view.parent
-        siblings = self.children[parent]
-        head = self.head[parent]
-        if self.joined(parent, node):  # the row goes on
-            self.runs[head].append(node)
-            self.head[node] = head
-            self._body[head] += shown(view.token)
-            self._refresh(head)
-            return
-        if len(siblings) == 2 and self.head[siblings[0]] == head:
-            self._split(parent)  # a branch in the middle of a row
-        elif len(siblings) == 1:
-            self._refresh(head)  # no longer a leaf row
-        item = self._new_row(node, [node])
-        self.items[head].addChild(item)
-        if view.expanded:
-            self._style(item)
-            item.setExpanded(True)  # an expansion's rows open as they land
-
-    def _split(self, node: int) -> None:
-        """The row holding `node` ends there; the rest of it becomes its child row, which takes its child rows."""
-        head = self.head[node]
-        run = self.runs[head]
-        at = run.index(node) + 1
-        tail = run[at:]
-        del run[at:]
-        self._body[head] = "".join(shown(self.views[n].token) for n in run)
-        row = self.items[head]
-        item = self._new_row(tail[0], tail)
-        item.addChildren(row.takeChildren())
-        row.addChild(item)
-        item.setExpanded(row.isExpanded())
-        self._style(item)
-        self._refresh(head)
-
-    def _merge(self, node: int, child: int) -> None:
-        """The row of `child` (the only child row of `node`'s row) joins it."""
-        head, row, item = self.head[node], self.items[self.head[node]], self.items.pop(child)
-        self._bold.discard(child)
-        run = self.runs.pop(child)
-        self.runs[head] += run
-        self._body[head] += self._body.pop(child)
-        for n in run:
-            self.head[n] = head
-        grandchildren = item.takeChildren()
-        row.removeChild(item)
-        row.addChildren(grandchildren)
-        self._refresh(head)
 
     def _changed(self, old: NodeView, view: NodeView) -> None:
         """A node's name, pin or expanded mark changed."""

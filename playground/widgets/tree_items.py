@@ -1,4 +1,4 @@
-"""Freeing a QTreeWidget's rows (the Tree tab's, the Seeds tab's) in time linear in their number."""
+"""Freeing a QTreeWidget's rows (the Tree tab's, the Seeds tab's) in time linear in their number; which rows are open."""
 
 from PySide6.QtWidgets import QTreeWidgetItem
 
@@ -14,3 +14,15 @@ def free_rows(root: QTreeWidgetItem) -> None:
         level = [item.child(i) for item in level for i in range(item.childCount())]
     for item in reversed(rows[1:]):
         item.parent().removeChild(item)  # now Python's: freed with the last reference to it, childless
+
+
+def expanded_under(item: QTreeWidgetItem) -> list[QTreeWidgetItem]:
+    """The rows under this one that are open (closed ones' too): a row taken out of the view and put back forgets
+    it, so a caller that moves rows opens these again."""
+    found, pending = [], [item.child(i) for i in range(item.childCount())]
+    while pending:
+        row = pending.pop()
+        if row.isExpanded():
+            found.append(row)
+        pending.extend(row.child(i) for i in range(row.childCount()))
+    return found
