@@ -13,6 +13,18 @@ from vllm_server import vllm_processed_server, vllm_server  # noqa: F401  (sessi
 
 import engine
 
+# Servers that a test session starts once (pytest-xdist's workers each start their own): the tests that use one run
+# on one worker (--dist loadgroup), so that each is started once, as without workers
+SERVER_GROUPS = {"vllm_server": "vllm", "vllm_processed_server": "vllm", "llama_server": "llama-cpp-python server",
+                 "llama_cpp_server": "llama-server"}  # fmt: skip
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        group = next((SERVER_GROUPS[name] for name in getattr(item, "fixturenames", ()) if name in SERVER_GROUPS), None)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
 
 @pytest.fixture(scope="session")
 def story_model():
@@ -57,13 +69,16 @@ def prefs(tmp_path):
 
 
 def shown_window(qtbot, model, prefs):
-    """The real window on this model, shown offscreen (closed by qtbot at the test's end)."""
+    """The real window on this model, shown offscreen (closed by qtbot at the test's end), once the session it
+    reopens (if any) is in."""
     from playground import MainWindow
 
     win = MainWindow(model=model, settings=prefs)
     qtbot.addWidget(win)
     win.show()
     qtbot.waitExposed(win)
+    # a window after another in the same data folder reopens its session (hot exit): the tests start once it is in
+    qtbot.waitUntil(lambda: not win.controller.documents.busy, timeout=60000)
     return win
 
 

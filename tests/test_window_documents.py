@@ -200,3 +200,38 @@ def test_a_session_file_replays_on_the_command_line(qtbot, window, tmp_path, cap
     assert window.controller.documents.save_to(path)
     assert main(["replay", str(path)]) == 0
     assert capsys.readouterr().out.startswith("identical: ")
+
+
+def test_a_prompt_box_too_long_to_lay_out_opens_cut_and_said(qtbot, window, tmp_path):
+    """A long line takes the window minutes to lay out (remembered.py): a session file whose prompt box holds
+    more than MAX_REMEMBERED_PROMPT characters opens with it cut, and the status bar says so."""
+    from playground.remembered import MAX_REMEMBERED_PROMPT
+
+    path = tmp_path / "long.json"
+    assert window.controller.documents.save_to(path)
+    document = engine.load_session_file(path)
+    document["window"]["prompt"] = "a" * (MAX_REMEMBERED_PROMPT * 50)  # 1 MB
+    engine.save_session_file(document, path)
+    with qtbot.waitSignal(window.controller.documents.opened, timeout=WAIT):
+        assert window.controller.documents.open_file(path)
+    assert window.controls.prompt.toPlainText() == "a" * MAX_REMEMBERED_PROMPT
+    assert window.message_label.text() == (f"Opened long.json. The prompt box held {MAX_REMEMBERED_PROMPT * 50:,} characters: it shows "
+                                           f"the first {MAX_REMEMBERED_PROMPT:,}")  # fmt: skip
+
+
+def test_recent_sessions_lists_the_last_files_and_opens_one(qtbot, window, tmp_path, monkeypatch):
+    paths = [tmp_path / f"s{n}.json" for n in range(12)]
+    for path in paths:
+        assert window.controller.documents.save_to(path)
+    paths[3].unlink()  # a file gone since is left out
+    menu = window.session_menu.recent
+    window.session_menu.fill_recent()
+    shown = [action.toolTip() for action in menu.actions()]
+    assert shown == [str(p.resolve()) for p in reversed(paths[2:]) if p != paths[3]]  # the last 10, the latest first
+    type_prompt(qtbot, window, "ben has a blue cup.")  # an unsaved change to s11.json: Open asks
+    asked = answer(monkeypatch, QMessageBox.StandardButton.Discard)
+    with qtbot.waitSignal(window.controller.documents.opened, timeout=WAIT):
+        menu.actions()[1].trigger()
+    assert asked == ["s11.json has changes that are not saved. Save them first?"]
+    assert window.controller.documents.path == paths[10].resolve()
+    assert shown_title(window) == "s10.json — story model — Token Playground"

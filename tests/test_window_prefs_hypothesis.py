@@ -5,6 +5,8 @@ model, shows the default wherever a value was bad (and names it in the status ba
 
 import json
 import math
+import os
+import tempfile
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,6 +16,7 @@ from PySide6.QtWidgets import QPlainTextEdit
 
 import engine
 from playground import MainWindow
+from playground.documents.autosave import DATA_ENV
 from playground.models.prefs import ModelPrefs
 from playground.remembered import MAX_REMEMBERED_PROMPT
 from playground.strip.measures import RANK_BY
@@ -86,8 +89,10 @@ def as_shown_in_a_text_box(text: str) -> str:
 
 
 def start_and_check(qtbot, story_model, path) -> None:
-    """Start the real window on these prefs and check what it shows against what the file holds."""
+    """Start the real window on these prefs and check what it shows against what the file holds (the window's data
+    folder one of this example's own: the example before's session is not reopened here)."""
     held = stored(path)
+    os.environ[DATA_ENV] = tempfile.mkdtemp(dir=path.parent, prefix="data-")
     win = MainWindow(model=story_model, settings=QSettings(str(path), QSettings.Format.IniFormat))
     qtbot.addWidget(win)
     win.show()

@@ -181,17 +181,17 @@ class Documents(QObject):
         "restored" (after a crash), "back" (after watching)."""
         self.reopening.open(document, path, how, modified)
 
-    def opened_as(self, document: dict, path, how: str, modified: bool, restored: bool, text: str) -> None:
-        """Reopening's end: the document is the window's now."""
+    def opened_as(self, document: dict, path, how: str, modified: bool, restored: bool, text: str, note: str = ""):
+        """Reopening's end: the document is the window's now. text: how the replay went ("": no run to replay);
+        note: what the window could not show as it was."""
         self.path = path
         self.mark_saved(modified)
         name = display_name(path)
         said = {"opened": f"Opened {name}", "reopened": f"Reopened your last session ({name})",
                 "restored": "Restored the last session", "back": f"Back to your session ({name})"}[how]  # fmt: skip
-        if restored and text:  # (read-only: Reopening said why; a session with no run yet comes back silently)
-            self.host.status(f"{said}: {text}.", error=not text.startswith(SAME))
-        elif restored and how != "reopened":
-            self.host.status(f"{said}.")
+        if restored and (text or note or how != "reopened"):  # (a session with no run yet comes back silently)
+            message = f"{said}: {text}." if text else f"{said}."
+            self.host.status(f"{message} {note}".strip(), error=bool(note) or bool(text) and not text.startswith(SAME))
         self.opened.emit(restored, how)
 
     def _refused_while_watching(self) -> bool:

@@ -37,8 +37,8 @@ class Reopening:
         trace = document["trace"]
         if trace is None:  # nothing generated yet: the prompt box, settings and rules
             host.reset()
-            self._show_window_state(document)
-            self.documents.opened_as(document, path, how, modified, True, "")
+            note = self._show_window_state(document)
+            self.documents.opened_as(document, path, how, modified, True, "", note)
             return
         if engine.same_model(trace["model"], host.model.describe()):
             self._replay(document, path, how, modified)
@@ -77,8 +77,8 @@ class Reopening:
             self._read_only(document, path, how, modified, text)
         elif self.host.traces.viewed is None:  # replayed: the session is the worker's again
             self._pending = None
-            self._show_window_state(document)
-            self.documents.opened_as(document, path, how, modified, True, text)
+            note = self._show_window_state(document)
+            self.documents.opened_as(document, path, how, modified, True, text, note)
         else:
             self._pending = None
             self.host.status(f"{display_name(path)} could not be replayed ({text}): it is shown read-only.", error=True)
@@ -101,21 +101,21 @@ class Reopening:
         panel.allow_commands.setChecked(False)
         panel.show_rules(engine.rules_from_json(rules, allow_commands=True))  # checked when the file was read
 
-    def _show_window_state(self, document: dict) -> None:
+    def _show_window_state(self, document: dict) -> str:
         """The controls as they were; the prompt box as typed, where it still gives the session's prompt (then Step
-        and Generate carry the session on), else the session's prompt itself."""
+        and Generate carry the session on), else the session's prompt itself. -> what could not be shown, or ""."""
         window, trace = document["window"], document["trace"]
         controls = self.window.controls
         controls.set_settings(window["settings"])
         controls.chat_format.setChecked(window["chat_format"])
-        typed = window["prompt"]
+        typed, note = window["prompt"], ""
         if len(typed) > MAX_REMEMBERED_PROMPT:  # a long line takes the window minutes to lay out (remembered.py)
-            self.host.status(f"The prompt box held {len(typed):,} characters: it shows the first "
-                             f"{MAX_REMEMBERED_PROMPT:,}", error=True)  # fmt: skip
+            note = f"The prompt box held {len(typed):,} characters: it shows the first {MAX_REMEMBERED_PROMPT:,}"
         controls.prompt.setPlainText(typed[:MAX_REMEMBERED_PROMPT])
         if trace is not None and self.host.prompts.prompt_text() != trace["prompt"]:
             controls.chat_format.setChecked(False)
             controls.prompt.setPlainText(trace["prompt"])
+        return note
 
 
 def _gone(request: dict, name: str) -> str | None:
