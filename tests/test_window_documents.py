@@ -235,3 +235,20 @@ def test_recent_sessions_lists_the_last_files_and_opens_one(qtbot, window, tmp_p
     assert asked == ["s11.json has changes that are not saved. Save them first?"]
     assert window.controller.documents.path == paths[10].resolve()
     assert shown_title(window) == "s10.json — story model — Token Playground"
+
+
+def test_the_next_start_reopens_the_session_with_its_own_model(qtbot, story_model, prefs, tmp_path, cache_dir):
+    """Quit on a GGUF file, start on the story model: the session comes back on the file it was made on."""
+    import tiny_gguf
+    from conftest import shown_window
+
+    path = tiny_gguf.write(tmp_path / "tiny.gguf", tiny_gguf.random_weights(seed=3))
+    first = shown_window(qtbot, engine.load_model(str(path), backend="numpy"), prefs)
+    first.controls.max_tokens.setValue(6)
+    generate(qtbot, first)
+    text = first.token_view.whole_text()
+    first.close()
+    second = reopened(qtbot, story_model, prefs)
+    assert second.model.source == str(path) and " — tiny — " in second.windowTitle()
+    assert second.token_view.whole_text() == text
+    assert second.message_label.text().startswith("Reopened your last session (Untitled): identical: all 6 steps")

@@ -7,6 +7,7 @@ What the window gives (its "state", a plain dict the GUI makes and the worker re
 """
 
 import json
+from pathlib import Path
 
 import engine
 
@@ -48,10 +49,11 @@ def display_name(path) -> str:
     return UNTITLED if path is None else str(path).replace("\\", "/").rsplit("/", 1)[-1]
 
 
-def hot_exit_meta(document: dict) -> dict:
-    """{"path": str | None, "modified": bool} of an autosave (a file edited by hand: an untitled, modified session)."""
+def hot_exit_meta(document: dict) -> tuple[Path | None, bool]:
+    """(the file the autosaved session was, whether it had unsaved changes) of a hot exit's autosave (a record edited
+    by hand: an untitled, modified session)."""
     meta = document.get("document")
     if not isinstance(meta, dict):
-        return {"path": None, "modified": True}
+        return None, True
     path = meta.get("path")
-    return {"path": path if isinstance(path, str) and path else None, "modified": meta.get("modified") is not False}
+    return (Path(path) if isinstance(path, str) and path else None), meta.get("modified") is not False

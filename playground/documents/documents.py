@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QMessageBox
 
 import engine
 
-from .document import display_name, fingerprint, hot_exit_meta
+from .document import display_name, fingerprint
 from .recent import RecentSessions
 from .reopen import Reopening
 
@@ -235,19 +235,6 @@ class Documents(QObject):
         document, path, modified = self._parked
         self._parked = None
         self.open_document(document, path, "back", modified)
-
-    def hot_exit_document(self) -> tuple[dict, dict] | None:
-        """The parked document and its hot-exit record, for a quit while watching."""
-        if self._parked is None:
-            return None
-        document, path, modified = self._parked
-        return document, {"path": None if path is None else str(path), "modified": modified}
-
-
-def reopen_meta(document: dict) -> tuple[Path | None, bool]:
-    """(the file the autosaved session was, whether it had unsaved changes) of a hot exit's autosave."""
-    meta = hot_exit_meta(document)
-    return (None if meta["path"] is None else Path(meta["path"])), meta["modified"]
 
 
 def _count(n: int, what: str) -> str:

@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton
 import engine
 
 from .autosave import CLEAN, TAKEN, UNCLEAN, RunningMarker, saved_sessions, sessions_dir
-from .documents import reopen_meta
+from .document import hot_exit_meta
 from .saver import AutosaveWriter
 
 WRITE_WAIT_S = 1.0  # on close, the last autosave is finished within this (a write cut short keeps the last file)
@@ -85,7 +85,7 @@ class Recovery(QObject):
         if document is None:
             self.status(f"The last session could not be read: {notes}", error=True)
         elif self._found == CLEAN:
-            path, modified = reopen_meta(document)
+            path, modified = hot_exit_meta(document)
             self.documents.open_document(document, path, "reopened", modified)
         elif self._found == UNCLEAN:
             self._offer(document)
@@ -186,7 +186,7 @@ class Recovery(QObject):
             return
         document, self._offered = self._offered, None
         self.banner.hide()
-        path, modified = reopen_meta(document)
+        path, modified = hot_exit_meta(document)
         self.documents.open_document(document, path, "restored", modified)
 
     def _opened(self, restored: bool, how: str) -> None:

@@ -34,17 +34,11 @@ class Reopening:
         host = self.host
         self.forget()
         self._show_rules(document["rules"])
-        trace = document["trace"]
-        if trace is None:  # nothing generated yet: the prompt box, settings and rules
-            host.reset()
-            note = self._show_window_state(document)
-            self.documents.opened_as(document, path, how, modified, True, "", note)
-            return
-        if engine.same_model(trace["model"], host.model.describe()):
-            self._replay(document, path, how, modified)
+        if engine.same_model(document["model"], host.model.describe()):
+            self._put_back(document, path, how, modified)
             return
         request = dict(document["model"]["load"])
-        gone = _gone(request, trace["model"]["name"])
+        gone = _gone(request, document["model"]["name"])
         if gone:
             self._read_only(document, path, how, modified, gone)
             return
@@ -55,13 +49,23 @@ class Reopening:
         if self._pending is None or self._pending[0] != "load":
             return
         _stage, document, path, how, modified = self._pending
-        if engine.same_model(document["trace"]["model"], model.describe()):
-            self._replay(document, path, how, modified)
+        self._pending = None
+        if engine.same_model(document["model"], model.describe()):
+            self._put_back(document, path, how, modified)
         else:
-            name = document["trace"]["model"]["name"]
+            name = document["model"]["name"]
             self._read_only(
                 document, path, how, modified, f"{model.source or model.name} now holds other weights than {name}"
             )
+
+    def _put_back(self, document: dict, path, how: str, modified: bool) -> None:
+        """On its own model: the session replayed (or, with no run yet, the prompt box, settings and rules)."""
+        if document["trace"] is not None:
+            self._replay(document, path, how, modified)
+            return
+        self.host.reset()
+        note = self._show_window_state(document)
+        self.documents.opened_as(document, path, how, modified, True, "", note)
 
     def _replay(self, document: dict, path, how: str, modified: bool) -> None:
         self._pending = ("replay", document, path, how, modified)
@@ -87,6 +91,12 @@ class Reopening:
 
     def _read_only(self, document: dict, path, how: str, modified: bool, why: str) -> None:
         self._pending = None
+        if document["trace"] is None:  # nothing to show read-only: the prompt box, settings and rules
+            self._show_window_state(document)
+            self.host.status(f"{display_name(path)}'s model is no longer there ({why}): its prompt, settings and "
+                             "rules are shown on the model in use.", error=True)  # fmt: skip
+            self.documents.opened_as(document, path, how, modified, False, why)
+            return
         self.host.traces.open_trace(document["trace"])
         self.window.replay_action.setEnabled(False)  # its model is not here to replay it
         self.read_only = document
