@@ -11,6 +11,7 @@ import threading
 
 import httpx
 from PySide6.QtCore import QObject, Signal
+from PySide6.QtGui import QAction
 
 import engine
 
@@ -33,6 +34,8 @@ class Watching(QObject):
         self.live = False  # a watched request is running: the feed shows its steps as a local run's
         self.back = back_button(host.window)  # in the status bar while watching: a click brings the session back
         self.back.clicked.connect(self.stop)
+        self.stop_action = host.window.findChild(QAction, "stopWatchingAction")  # (the menu is made before this)
+        self.stop_action.setEnabled(False)
         self.eventArrived.connect(self._on_event)
         self.watchEnded.connect(self._on_ended)
 
@@ -49,12 +52,14 @@ class Watching(QObject):
         self._end_reading()
         if not self.host.documents.park():  # the person's session set aside, as it is (said if it cannot be)
             return
+        self.host.reset()  # the watched requests' session of their own: nothing done here reaches the person's
         self.url, self._stop = url, threading.Event()
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._thread = threading.Thread(target=self._read, args=(url, headers, self._stop), daemon=True,
                                         name="watch a server")  # fmt: skip
         self._thread.start()
         self.back.show()
+        self.stop_action.setEnabled(True)
         self.host.documents.show_title()
         self.host.status(f"Watching {url}: its requests appear here as they run; Stop watching brings your session "
                          "back as it was.")  # fmt: skip
@@ -64,6 +69,7 @@ class Watching(QObject):
         self._end_reading()
         self.host.feed.set_live(False)
         self.back.hide()
+        self.stop_action.setEnabled(False)
         self.host.documents.unpark()
 
     def _end_reading(self) -> None:
