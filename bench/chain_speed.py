@@ -17,7 +17,7 @@ from threadpoolctl import threadpool_limits
 import engine
 from engine.core.sampling import ChainInput, Row, chain, softmax
 from engine.core.settings import LLAMA_CPP_ORDER, Settings
-from engine.core.steps import StepMaker
+from engine.core.step_maker import StepMaker
 
 EVERY_STAGE = dict(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.1, presence_penalty=0.2,
                    frequency_penalty=0.1, dry_multiplier=0.8, xtc_probability=1.0, xtc_threshold=0.1,

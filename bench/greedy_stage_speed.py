@@ -12,7 +12,7 @@ import time
 import numpy as np
 
 from engine import Settings
-from engine.core.steps import StepMaker
+from engine.core.step_maker import StepMaker
 
 
 class NumberedTokens:

@@ -23,7 +23,7 @@ import engine
 from engine.core.ranking import top_ids
 from engine.core.sampling import ChainInput
 from engine.core.settings import Settings
-from engine.core.steps import StepMaker
+from engine.core.step_maker import StepMaker
 
 
 def one_pass_top_ids(scores, n):  # the previous top_ids: one partition of the whole row

@@ -24,7 +24,7 @@ from engine.core.checks import UnknownCharacterError
 from engine.core.contract import Capabilities
 from engine.core.sampling import softmax
 from engine.core.settings import Settings
-from engine.core.steps import StepMaker
+from engine.core.step_maker import StepMaker
 
 END = 7  # the end token: its text is ""
 TOKENS = ("a", "b", "c", "d", "e", " ", ".", "")  # id -> text

@@ -107,7 +107,7 @@ def test_a_steps_ranks_and_entropy_found_without_a_pass_over_the_vocabulary_are_
     greedy) from the row after them, the raw rank from the raw top 20, the entropy from the softmax's own
     shifted scores: each equals what counting over the whole row gives (Row.rank, model_rank,
     raw_entropy_and_surprisal), for drawn and forced tokens, on rows full of ties."""
-    from engine.core.steps import StepMaker, raw_entropy_and_surprisal
+    from engine.core.step_maker import StepMaker, raw_entropy_and_surprisal
 
     rng = np.random.default_rng(seed)
     scores = rows_with_ties(rng, size, kind)

@@ -85,7 +85,7 @@ def test_bad_texts_are_named(story_model):
 
 
 def test_the_raw_entropy_of_a_uniform_row_is_log_v():
-    from engine.core.steps import raw_entropy_and_surprisal
+    from engine.core.step_maker import raw_entropy_and_surprisal
 
     scores = np.zeros(1000, dtype=np.float32)
     entropy, surprisal = raw_entropy_and_surprisal(scores, softmax(scores), 3)

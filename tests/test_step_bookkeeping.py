@@ -8,7 +8,7 @@ import numpy as np
 
 import engine
 from engine import Session
-from engine.core.steps import Distributions
+from engine.core.step_maker import Distributions
 from engine.story.model import forward
 
 

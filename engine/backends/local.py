@@ -16,7 +16,8 @@ from engine.core import penalties
 from engine.core.healing import healer_for
 from engine.core.sampling import NO_INPUT, ChainInput
 from engine.core.settings import Settings
-from engine.core.steps import Candidates, Step, StepMaker
+from engine.core.step_maker import StepMaker
+from engine.core.steps import Candidates, Step
 from engine.core.timing import ForwardTiming
 from engine.core.tree import shared_prefix
 

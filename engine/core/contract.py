@@ -34,7 +34,8 @@ import numpy as np
 
 from engine.core.inside import Inside
 from engine.core.settings import Settings
-from engine.core.steps import Candidates, Distributions, Step
+from engine.core.step_maker import Distributions
+from engine.core.steps import Candidates, Step
 
 
 @dataclass(frozen=True)

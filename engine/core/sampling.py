@@ -32,7 +32,7 @@ neutral settings (top_k None, top_p None or 1, min_p None or 0), so every step r
 only where their settings are on. The contract's filters renormalise as they always have (summing the whole
 row), so with the default settings the chain is the generation contract's bit for bit and recorded traces
 replay. `chain(settings)` is a tuple of named `Stage`s; `run_chain` gives the `Row` after each, by name
-(engine/core/steps.py's `Distributions`).
+(engine/core/step_maker.py's `Distributions`).
 """
 
 import math

@@ -16,7 +16,6 @@ from engine.core.checks import checked_prompt_ids
 from engine.core.epochs import Epoch, Standing
 from engine.core.gbnf import check_grammar_backend
 from engine.core.healing import NO_HEALING, healed_prompt, healer_for
-from engine.core.inside import head_scale_table
 from engine.core.rules import Rule, checked_rules
 from engine.core.seeds import checked_seeds_run, checked_seeds_start, run_seeds, seed_streams
 from engine.core.session_steering import Steering
@@ -250,35 +249,6 @@ class Session(TreeCommands, Steering):
         self._epochs.append(Epoch(len(self.steps), new, draws_before))
         self._enter_epoch(self._epochs[-1], self._draws)
         return new
-
-    def set_rules(self, rules) -> tuple[Rule, ...]:
-        """Replace the rules from the next step on (the rules panel calls this when a person edits it). All
-        are checked first: a bad rule raises ValueError and changes nothing. The change is logged; rules
-        may fire at once where a new trigger already ends the text."""
-        checked = checked_rules(self.model, rules)
-        if checked == self.rules:
-            return self.rules
-        self.interrupt()
-        self._log({"kind": "rules", "rules": [rule.describe() for rule in checked]})
-        # where a rule already fired is kept by its index: carry that over for the rules that stay
-        self._fired = {(checked.index(self.rules[i]), at) for i, at in self._fired if self.rules[i] in checked}
-        self.rules = checked
-        return checked
-
-    def steer_heads(self, scales) -> tuple[tuple[int, int, float], ...]:
-        """Scale attention heads' outputs from the next step on (steering from the inside): scales lists
-        (layer, head, factor), 0-based as engine.attention_weights indexes them; 0 ablates a head, [] puts every
-        head back. The next step reads the whole text again through the steered model (steps already taken keep
-        their records); a rewind or a goto keeps the scales (as set_rules). Logged, so replay repeats it. Only
-        where the engine runs the model's layers."""
-        checked, table = head_scale_table(self.model, scales)
-        if checked == self.head_scales:
-            return checked
-        self.interrupt()
-        self._context.set_head_scales(table)
-        self._log({"kind": "heads", "scales": [list(entry) for entry in checked]})
-        self.head_scales, self.head_table = checked, table
-        return checked
 
     def rewind(self, n) -> None:
         """Drop the last n steps and their cache rows (O(1)); stepping again continues from there. The

@@ -1,11 +1,13 @@
 """Session's steering commands (a mixin of engine/core/session.py's Session): force a token, insert text or
-token ids, choose among options, and the rules that do the same between two steps. They use the Session's
+token ids, choose among options, the rules that do the same between two steps (set_rules), and steering from the
+inside (steer_heads, steer_vector). They use the Session's
 state and private helpers (_log, _append, _check_room, ...) as its own methods do."""
 
 import numpy as np
 
 from engine.core.checks import checked_token_id, encoded_nonempty, encoded_options
-from engine.core.rules import Rule, rule_matches, rule_plan
+from engine.core.inside import head_scale_table
+from engine.core.rules import Rule, checked_rules, rule_matches, rule_plan
 from engine.core.steering import steering_table, vector_action
 from engine.core.steps import Step
 from engine.core.tree import INSERTED
@@ -15,6 +17,35 @@ class Steering:
     # steer_vector's: (the vector, its layers, the strength), None while none is added; the additions [layers, d]
     vector_steering = None
     residual_table: np.ndarray | None = None
+
+    def set_rules(self, rules) -> tuple[Rule, ...]:
+        """Replace the rules from the next step on (the rules panel calls this when a person edits it). All
+        are checked first: a bad rule raises ValueError and changes nothing. The change is logged; rules
+        may fire at once where a new trigger already ends the text."""
+        checked = checked_rules(self.model, rules)
+        if checked == self.rules:
+            return self.rules
+        self.interrupt()
+        self._log({"kind": "rules", "rules": [rule.describe() for rule in checked]})
+        # where a rule already fired is kept by its index: carry that over for the rules that stay
+        self._fired = {(checked.index(self.rules[i]), at) for i, at in self._fired if self.rules[i] in checked}
+        self.rules = checked
+        return checked
+
+    def steer_heads(self, scales) -> tuple[tuple[int, int, float], ...]:
+        """Scale attention heads' outputs from the next step on (steering from the inside): scales lists
+        (layer, head, factor), 0-based as engine.attention_weights indexes them; 0 ablates a head, [] puts every
+        head back. The next step reads the whole text again through the steered model (steps already taken keep
+        their records); a rewind or a goto keeps the scales (as set_rules). Logged, so replay repeats it. Only
+        where the engine runs the model's layers."""
+        checked, table = head_scale_table(self.model, scales)
+        if checked == self.head_scales:
+            return checked
+        self.interrupt()
+        self._context.set_head_scales(table)
+        self._log({"kind": "heads", "scales": [list(entry) for entry in checked]})
+        self.head_scales, self.head_table = checked, table
+        return checked
 
     def steer_vector(self, vector, layers, strength):
         """Add strength x the vector's direction to the residual stream after each of these layers (0-based, as

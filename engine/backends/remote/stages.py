@@ -15,7 +15,8 @@ from dataclasses import replace
 import numpy as np
 
 from engine.core.sampling import ChainInput, chain, run_chain, softmax
-from engine.core.steps import Candidates, stage_records
+from engine.core.step_maker import stage_records
+from engine.core.steps import Candidates
 
 NOT_HERE = ("dry", "xtc")
 
