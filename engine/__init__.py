@@ -4,13 +4,14 @@ from engine.backends.gguf.control_vector import load_steering_vector, save_steer
 from engine.backends.llamacpp.threads import DEFAULT_THREADS_RULE, check_threads, default_threads, max_threads
 from engine.core import __version__
 from engine.core.checks import UnknownCharacterError
+from engine.core.commands import CommandTool
 from engine.core.compare import Comparison, compare
 from engine.core.contract import Backend, Capabilities, Context
 from engine.core.expand import MAX_EXPANSION, ExpandResult
 from engine.core.files import atomic_write_bytes, end_writes
 from engine.core.inside import InsideView, attention_weights, inside_view, layer_candidates, logit_lens
 from engine.core.replay import OtherModelError, other_model_sentence, replay, replay_session, same_model
-from engine.core.rules import CommandTool, Rule
+from engine.core.rules import Rule
 from engine.core.rules_file import load_rules, rules_from_json, rules_to_json, save_rules
 from engine.core.sampling import GREEDY, STAGE_NAMES, next_token_probs
 from engine.core.scoring import ScoreResult, score

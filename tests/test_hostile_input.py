@@ -205,7 +205,7 @@ def test_a_writer_killed_midway_leaves_no_temporary_behind_the_next_save(tmp_pat
 
 # --- commands ----------------------------------------------------------------------------------------------
 def _marked_alive() -> list[int]:
-    from engine.core.rules import MARKER
+    from engine.core.commands import MARKER
 
     alive = []
     for environ in __import__("pathlib").Path("/proc").glob("[0-9]*/environ"):
@@ -431,7 +431,7 @@ def test_the_sweep_for_escaped_children_reads_only_the_processes_started_since_t
     import subprocess
     import sys
 
-    from engine.core.rules import _started_since
+    from engine.core.commands import _started_since
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
     try:

@@ -1,7 +1,8 @@
 """The rules file: a JSON list of rules, one object each, which the server's --rules reads and the window's rules
 panel saves and opens. A rule's object holds `when`, optional `regex`, and exactly one of `insert` (text),
 `choose` (a list of texts) or `command` (a program and its arguments, run without a shell), plus for a command
-`timeout`, `max_output`, `on_exit` ({"0": " passed"}) and `otherwise`, as engine.CommandTool takes them:
+`timeout`, `max_output`, `on_exit` ({"0": " passed"}), `otherwise` and `limits` ({"memory_mb": 4096}: what the
+confined program may use, engine/core/commands.py's LIMITS), as engine.CommandTool takes them:
 
     [{"when": "Result:", "command": ["python", "-m", "pytest", "-q", "tests/test_x.py"],
       "on_exit": {"0": " passed"}, "otherwise": " failed"}]
@@ -16,12 +17,13 @@ import shlex
 from pathlib import Path
 
 from engine.core.checks import checked_text
+from engine.core.commands import LIMITS, CommandTool
 from engine.core.files import atomic_write_bytes
-from engine.core.rules import CommandTool, Rule, tool_name
+from engine.core.rules import Rule, tool_name
 
 MAX_FILE_BYTES = 1_000_000
 ACTIONS = ("insert", "choose", "command")
-COMMAND_OPTIONS = ("timeout", "max_output", "on_exit", "otherwise")
+COMMAND_OPTIONS = ("timeout", "max_output", "on_exit", "otherwise", "limits")
 KEYS = ("when", "regex", *ACTIONS, *COMMAND_OPTIONS)
 _DEFAULTS = {
     name: p.default for name, p in inspect.signature(CommandTool).parameters.items() if name in COMMAND_OPTIONS
@@ -128,7 +130,7 @@ def _command_tool(item: dict) -> CommandTool:
     otherwise = item.get("otherwise")
     if otherwise is not None:
         otherwise = checked_text(otherwise, "'otherwise'")
-    options = {key: item[key] for key in ("timeout", "max_output") if key in item}
+    options = {key: item[key] for key in ("timeout", "max_output", "limits") if key in item}
     return CommandTool(
         argv, on_exit=_exit_texts(item.get("on_exit")), otherwise=otherwise, name=shlex.join(argv), **options
     )  # its ValueError names the field
@@ -177,6 +179,9 @@ def _command_to_json(tool: CommandTool) -> dict:
         data["timeout"] = tool.timeout
     if tool.max_output != _DEFAULTS["max_output"]:
         data["max_output"] = tool.max_output
+    changed = {key: value for key, value in tool.limits.items() if value != LIMITS[key]}
+    if changed:
+        data["limits"] = changed
     if tool.on_exit:
         data["on_exit"] = {str(status): text for status, text in tool.on_exit.items()}
     if tool.otherwise is not None:

@@ -63,6 +63,9 @@ class Session(TreeCommands, Steering):
         self._forced: int | None = None  # force_token's token, taken by the next step
         self._returned = 0  # steps handed out by step(); a rule's several steps go out one per call
         self._fired: set[tuple[int, int]] = set()  # (rule index, text length) where a rule fired
+        # (start, end) ranges of the text a server's client wrote (its prompt, its steer's insertions): a command
+        # rule's program is told of them (engine/core/commands.py); the server adds the prompt's
+        self.client_spans: list[tuple[int, int]] = []
         self.slow_rules: list[Rule] = []  # regex rules disabled for taking too long to match (an event says so)
         self._prompt_score = None  # score_prompt's, once asked for
         self.head_scales: tuple[tuple[int, int, float], ...] = ()  # steer_heads': (layer, head, factor)
@@ -279,6 +282,8 @@ class Session(TreeCommands, Steering):
         self._forced = None
         self._returned = min(self._returned, keep)
         self._fired = {(rule, at) for rule, at in self._fired if at < len(self.text)}
+        end = len(self.text)
+        self.client_spans = [(start, min(stop, end)) for start, stop in self.client_spans if start < end]
 
     # --- the trace --------------------------------------------------------------------------------
     def result(self) -> GenerationResult:

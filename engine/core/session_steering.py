@@ -134,15 +134,19 @@ class Steering:
     def _act(self, rule: Rule) -> bool:
         self.interrupt()  # an open stream would go on from the text as it was before the rule
         room = self.model.context_length - len(self.ids)
-        plan = rule_plan(rule, self.text, self.model.tokenizer, room, self.events)
+        plan = rule_plan(rule, self.text, self.model.tokenizer, room, self.events, self.client_spans)
         if plan is None:
             return False
+        start = len(self.text)
         if plan.options:
             steps = self._choose(list(plan.options), list(plan.encoded), "rule")
             self._log({"kind": "choose", "options": list(plan.options), "source": "rule"})
         else:
             steps = self._insert(list(plan.token_ids), plan.source)
             self._log({"kind": "insert", "token_ids": list(plan.token_ids), "source": plan.source})
+        if rule.client and steps:  # to its end, the bytes healing left for the model to spell included
+            healed = len((self._healing or b"").decode("utf-8", "replace"))
+            self.client_spans.append((start, len(self.text) + healed))
         return bool(steps)
 
 

@@ -53,6 +53,7 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
             raise BadRequest("a valid API key is required (Authorization: Bearer KEY)", status=401)
 
     app = FastAPI(title="Token Playground", docs_url=None, redoc_url=None, dependencies=[Depends(authorised)])
+    app.state.rules = tuple(rules)
     served = model_id or model.name
     lock = asyncio.Lock()
     created = int(time.time())
@@ -134,6 +135,8 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
                                  f"{model.vocab_size - 1})")  # fmt: skip
         seed = body.seed if body.seed is not None else random.randrange(MAX_SEED)
         session = Session(model, prompt, seed=seed, rules=tuple(rules) + body.rules(), **options)
+        written = len(session.prompt_text) + len(session.healing or "")  # with what healing left to spell
+        session.client_spans.append((0, written))  # the client wrote the prompt
         return Run(session, body.stops(), top_logprobs)
 
     async def streamed(run: Run, request_id: str, kind: str, body):

@@ -5,6 +5,8 @@ import ipaddress
 import sys
 from pathlib import Path
 
+from engine.core.commands import CommandTool, confinement_sentence
+
 LOOPBACK = ("localhost",)
 
 
@@ -45,7 +47,8 @@ def is_loopback(host: str) -> bool:
 
 def checked_options(args) -> None:
     if not is_loopback(args.host) and not args.api_key:
-        raise ValueError(f"--host {args.host} opens the server beyond this machine: give --api-key too")
+        also = " and --allow-commands lets whoever reaches it run commands" if args.allow_commands else ""
+        raise ValueError(f"--host {args.host} opens the server beyond this machine{also}: give --api-key too")
     if not 0 < args.port < 65536:
         raise ValueError(f"--port must be from 1 to 65535, got {args.port}")
     if args.traces is not None:
@@ -69,6 +72,16 @@ def server_app(args):
     return make_app(model, model_id=args.model_id, rules=rules, traces=args.traces, api_key=args.api_key)
 
 
+def who_runs_what(args, commands: list[str]) -> str:
+    """The start-up line of a server whose rules run commands: who can now make them run, and how confined."""
+    who = "any client on this machine" if is_loopback(args.host) else f"any client that reaches {args.host}"
+    who += " that sends the API key" if args.api_key else ""
+    return (
+        f"commands: {who} can make the model write what {len(commands)} command rule(s) run "
+        f"({'; '.join(commands)}); {confinement_sentence()} (docs/serve.md, Security)"
+    )
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -82,5 +95,8 @@ def main(argv=None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(f"serving on http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
+    commands = [rule.tool.name for rule in app.state.rules if isinstance(rule.tool, CommandTool)]
+    if commands:
+        print(who_runs_what(args, commands), file=sys.stderr, flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0

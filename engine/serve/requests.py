@@ -30,7 +30,7 @@ class Steer(BaseModel):
     choose: list[str] | None = None
 
     def rule(self) -> Rule:
-        return Rule(self.at, insert=self.insert, choose=self.choose, regex=self.regex)
+        return Rule(self.at, insert=self.insert, choose=self.choose, regex=self.regex, client=True)
 
 
 class StreamOptions(BaseModel):
