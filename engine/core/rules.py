@@ -129,6 +129,7 @@ def rule_plan(rule: Rule, text: str, tokenizer, room: int, events: list, client_
         events.append(f"rule {rule.when!r}: cannot insert {added[:40]!r}: {error}")
         return None
     if len(token_ids) > room:
-        events.append(f"rule {rule.when!r}: only {room} of {len(token_ids)} tokens fit in the context")
+        events.append(f"rule {rule.when!r}: only {room} of {len(token_ids)} tokens fit (the context and max new "
+                      "tokens)")  # fmt: skip
         token_ids = token_ids[:room]
     return RulePlan(source, token_ids=tuple(token_ids)) if token_ids else None

@@ -133,7 +133,8 @@ class Steering:
 
     def _act(self, rule: Rule) -> bool:
         self.interrupt()  # an open stream would go on from the text as it was before the rule
-        room = self.model.context_length - len(self.ids)
+        # a rule adds at most what the context and max_new_tokens leave: a long insert cannot outgrow the request
+        room = min(self.model.context_length - len(self.ids), self.settings.max_new_tokens - len(self.steps))
         plan = rule_plan(rule, self.text, self.model.tokenizer, room, self.events, self.client_spans)
         if plan is None:
             return False

@@ -4,9 +4,12 @@ two inference passes.
 
 Requests to the model are queued (an asyncio lock, first come first served): one Session steps at a time, on
 a worker thread of its own a few steps ahead of what is sent (stepping.py; what piled up goes out as one
-event), so the event loop stays free to accept, refuse and disconnect clients. A client that disconnects
-mid-stream stops its generation after the step in flight. --traces keeps each request's
-trace, named by its id (the response's `X-Trace` header and `trace` field say which file).
+event), so the event loop stays free to accept, refuse and disconnect clients. A request's own work (decoding
+token ids, the chat template, tokenizing, checking a grammar) runs on a thread too. A client that goes away
+stops its generation after the step in flight, streamed or not (checked every GONE_SECONDS); a stream whose
+client stops reading ends after SEND_SECONDS. Keys, body sizes and connection times are checked before any
+of this (guard.py). --traces keeps each request's trace, named by its id (the response's `X-Trace` header and
+`trace` field say which file; where it could not be written, `trace` is null and `trace_error` says why).
 """
 
 import asyncio
@@ -18,19 +21,28 @@ import uuid
 from pathlib import Path
 
 import anyio
-from fastapi import Depends, FastAPI, Request
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse
+from sse_starlette.sse import SendTimeoutError
 from starlette.exceptions import HTTPException
 
 from engine.core.session import Session
 from engine.core.settings import MAX_SEED
 from engine.core.trace import save_trace
-from engine.serve.requests import COMPLETION_MAX_TOKENS, ChatRequest, CompletionRequest
+from engine.serve.guard import Guard, error_body
+from engine.serve.requests import CHAT_MAX_TOKENS, COMPLETION_MAX_TOKENS, ChatRequest, CompletionRequest
 from engine.serve.runs import Run, joined
 from engine.serve.stepping import stepper_for
 from engine.serve.watch import Watchers
+
+SEND_SECONDS = 30.0  # a stream's event not taken by its client within this ends the request
+MAX_CHARS_PER_TOKEN = 128  # a prompt longer than the context times this is refused before it is tokenized
+GONE_SECONDS = 0.25  # how often a request that is not streamed asks whether its client is still there
+# the engine's names for what a request names otherwise, for the error's `param`
+PARAM_NAMES = {"max_new_tokens": "max_tokens", "dry_last_n": "dry_penalty_last_n", "rules": "steer",
+               "grammars": "grammar"}  # fmt: skip
 
 
 class BadRequest(Exception):
@@ -39,20 +51,13 @@ class BadRequest(Exception):
         self.message, self.param, self.status = message, param, status
 
 
-def error_body(message: str, param: str | None = None, kind: str = "invalid_request_error") -> dict:
-    return {"error": {"message": message, "type": kind, "param": param, "code": None}}
-
-
 def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | None = None,
-             api_key: str | None = None) -> FastAPI:  # fmt: skip
-    """The server for one model; rules: engine Rules every request runs with (before its own `steer`)."""
+             api_key: str | None = None, send_seconds: float = SEND_SECONDS) -> FastAPI:  # fmt: skip
+    """The server for one model; rules: engine Rules every request runs with (before its own `steer`);
+    send_seconds: how long a stream's event may wait for its client to read before the request ends."""
 
-    async def authorised(request: Request):  # every route's dependency (not a middleware: Starlette's
-        # BaseHTTPMiddleware runs each request through task groups and streams, ~1 ms a request here)
-        if api_key is not None and request.headers.get("authorization") != f"Bearer {api_key}":
-            raise BadRequest("a valid API key is required (Authorization: Bearer KEY)", status=401)
-
-    app = FastAPI(title="Token Playground", docs_url=None, redoc_url=None, dependencies=[Depends(authorised)])
+    app = FastAPI(title="Token Playground", docs_url=None, redoc_url=None)
+    app.add_middleware(Guard, api_key=api_key)  # the key before the body, on every path (guard.py)
     app.state.rules = tuple(rules)
     served = model_id or model.name
     lock = asyncio.Lock()
@@ -89,46 +94,72 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
         return EventSourceResponse((json.dumps(event) async for event in watchers.events()), ping=1)
 
     @app.post("/v1/completions")
-    async def completions(body: CompletionRequest):
+    async def completions(body: CompletionRequest, request: Request):
         checked_model(body, served)
-        prompt = guarded(lambda: body.prompt_text(model.tokenizer, model.vocab_size), "prompt")
-        return await answer(body, prompt, body.logprobs, "text_completion", COMPLETION_MAX_TOKENS)
+
+        def prepare() -> Run:  # on a thread: decoding ids, tokenizing and checking take time with a big request
+            prompt = guarded(lambda: body.prompt_text(model.tokenizer, model.vocab_size), "prompt")
+            return new_run(body, prompt, "prompt", body.logprobs, COMPLETION_MAX_TOKENS)
+
+        return await answer(body, await anyio.to_thread.run_sync(prepare), "text_completion", request)
 
     @app.post("/v1/chat/completions")
-    async def chat(body: ChatRequest):
+    async def chat(body: ChatRequest, request: Request):
         checked_model(body, served)
         render = getattr(model.tokenizer, "messages_prompt", None)
         if render is None or not model.has_chat_template():
             raise BadRequest(f"{served} has no chat template: send the text as it is to /v1/completions", "messages")
-        prompt = guarded(lambda: render(body.chat_messages()), "messages")
-        top = (body.top_logprobs or 0) if body.logprobs else None
         if body.max_completion_tokens is not None:
             body.max_tokens = body.max_completion_tokens
-        return await answer(body, prompt, top, "chat.completion", None)
 
-    async def answer(body, prompt: str, top_logprobs, kind: str, default_max: int | None):
-        run = guarded(lambda: new_run(body, prompt, top_logprobs, default_max), fields=type(body).model_fields)
+        def prepare() -> Run:  # on a thread: a long conversation takes the template a while
+            prompt = guarded(lambda: render(body.chat_messages()), "messages")
+            top = (body.top_logprobs or 0) if body.logprobs else None
+            return new_run(body, prompt, "messages", top, CHAT_MAX_TOKENS)
+
+        return await answer(body, await anyio.to_thread.run_sync(prepare), "chat.completion", request)
+
+    async def answer(body, run: Run, kind: str, request: Request):
         request_id = ("cmpl-" if kind == "text_completion" else "chatcmpl-") + uuid.uuid4().hex[:24]
         headers = {"X-Trace": f"{request_id}.json"} if traces is not None else {}
         if body.stream:
             events = streamed(run, request_id, kind, body)
-            return EventSourceResponse(events, headers=headers, ping=600)
+            return Stream(events, headers=headers, ping=600, send_timeout=send_seconds)
         async with lock:
             started(run, request_id)
             stepper = stepper_for(run, pace)
             try:
+                asked = time.monotonic()
                 async for _piece in stepper:
                     stepped(run, request_id)
+                    if time.monotonic() - asked > GONE_SECONDS:  # a client that went away stops its generation
+                        if await request.is_disconnected():
+                            break
+                        asked = time.monotonic()
             except ValueError as error:  # the model failed mid-generation (not the request)
                 return JSONResponse(error_body(f"the generation failed: {error}", None, "server_error"), 500)
             finally:
                 await stepper.close()
                 ended(run, request_id)
+        if run.trace_error is not None:
+            headers = {}
         return JSONResponse(whole(run, request_id, kind), headers=headers)
 
-    def new_run(body, prompt: str, top_logprobs, default_max: int | None) -> Run:
-        room = model.context_length - len(model.tokenizer.encode(prompt))
-        options = body.session_options(default_max or max(1, room))
+    def new_run(body, prompt: str, prompt_field: str, top_logprobs, default_max: int) -> Run:
+        if len(prompt) > model.context_length * MAX_CHARS_PER_TOKEN:  # no need to tokenize it to know
+            raise BadRequest(f"{prompt_field}: {len(prompt):,} characters cannot fit in the model's context of "
+                             f"{model.context_length:,} tokens", prompt_field)  # fmt: skip
+        prompt_ids = guarded(lambda: model.tokenizer.encode(prompt), prompt_field)
+        room = model.context_length - len(prompt_ids)
+        if room < 1:
+            raise BadRequest(f"{prompt_field}: {len(prompt_ids):,} tokens leave no room in the model's context of "
+                             f"{model.context_length:,} tokens", prompt_field)  # fmt: skip
+        return guarded(
+            lambda: made_run(body, prompt, top_logprobs, min(default_max, room)), fields=type(body).model_fields
+        )
+
+    def made_run(body, prompt: str, top_logprobs, default_max: int) -> Run:
+        options = body.session_options(default_max)
         for token_id, _bias in options["logit_bias"]:  # before Settings' own check, which knows no vocabulary
             if model.vocab_size is not None and token_id >= model.vocab_size:
                 raise ValueError(f"logit_bias names token id {token_id}, outside the vocabulary (0 to "
@@ -156,13 +187,20 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
                             first = False
                 except ValueError as error:  # the model failed mid-stream: said in the stream, then it ends
                     yield json.dumps(error_body(f"the generation failed: {error}", None, "server_error"))
+                await stepper.close()
+                ended(run, request_id)  # its trace written before the end, to say so where it could not be
+                if run.trace_error is not None:
+                    yield json.dumps(
+                        dict(envelope(request_id, chunk_kind, []), trace=None, trace_error=run.trace_error)
+                    )
                 if body.stream_options is not None and body.stream_options.include_usage:
                     yield json.dumps(dict(envelope(request_id, chunk_kind, []), usage=run.usage()))
                 yield "[DONE]"
             finally:  # also when the client went away: the generation stops after the step in flight
-                with anyio.CancelScope(shield=True):  # a cancelled stream's scope cancels every await in it again
-                    await stepper.close()
-                ended(run, request_id)
+                if not run.ended:
+                    with anyio.CancelScope(shield=True):  # a cancelled stream's scope cancels every await in it again
+                        await stepper.close()
+                    ended(run, request_id)
 
     def envelope(request_id: str, kind: str, choices: list) -> dict:
         out = {"id": request_id, "object": kind, "created": int(time.time()), "model": served, "choices": choices}
@@ -172,6 +210,7 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
 
     def whole(run: Run, request_id: str, kind: str) -> dict:
         text, tokens = run.content(), run.tokens
+        kept = {} if run.trace_error is None else {"trace": None, "trace_error": run.trace_error}
         if kind == "chat.completion":
             choice = {"index": 0, "message": {"role": "assistant", "content": text},
                       "logprobs": None if run.top_logprobs is None else {"content": chat_logprobs(tokens)},
@@ -179,7 +218,7 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
         else:
             choice = {"index": 0, "text": text, "finish_reason": run.finish_reason,
                       "logprobs": None if run.top_logprobs is None else completion_logprobs(tokens)}  # fmt: skip
-        return dict(envelope(request_id, kind, [choice]), usage=run.usage())
+        return dict(envelope(request_id, kind, [choice]), usage=run.usage(), **kept)
 
     def started(run: Run, request_id: str) -> None:
         if watchers:
@@ -198,17 +237,32 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
     def ended(run: Run, request_id: str) -> None:
         """The request is over (answered, failed, or its client went away): its trace kept and watched."""
         nonlocal pace
+        run.ended = True
         stepped(run, request_id)
         if run.taken:
             pace = run.stepping / run.taken
         written = bool(run.session.steps)  # a request that ended before its first step has no trace
         trace = run.session.trace() if written and (traces is not None or watchers) else None
         if traces is not None and written:
-            save_trace(trace, traces / f"{request_id}.json")
+            try:
+                save_trace(trace, traces / f"{request_id}.json")
+            except (OSError, ValueError) as error:  # a full disk loses the trace, never the answer
+                run.trace_error = f"the trace was not kept: {error}"
         if watchers:
             watchers.publish({"kind": "end", "request": request_id, "trace": trace})
 
     return app
+
+
+class Stream(EventSourceResponse):
+    """An SSE response whose client stopped reading ends the request quietly (uvicorn closes the connection
+    and says so in one line), not with a traceback in the server's log."""
+
+    async def __call__(self, scope, receive, send):
+        try:
+            await super().__call__(scope, receive, send)
+        except SendTimeoutError:
+            pass
 
 
 def choice_chunk(kind: str, piece, first: bool, finish: str | None) -> dict:
@@ -250,5 +304,6 @@ def guarded(make, param: str | None = None, fields=()):
         return make()
     except ValueError as error:
         message = str(error)
-        named = sorted((m.start(), name) for name in fields if (m := re.search(rf"\b{name}\b", message)))
+        names = {name: name for name in fields if name != "model"} | PARAM_NAMES  # "model" is checked apart
+        named = sorted((m.start(), field) for name, field in names.items() if (m := re.search(rf"\b{name}\b", message)))
         raise BadRequest(message, param or (named[0][1] if named else None)) from None

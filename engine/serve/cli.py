@@ -98,5 +98,7 @@ def main(argv=None) -> int:
     commands = [rule.tool.name for rule in app.state.rules if isinstance(rule.tool, CommandTool)]
     if commands:
         print(who_runs_what(args, commands), file=sys.stderr, flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    from engine.serve.guard import uvicorn_config
+
+    uvicorn.Server(uvicorn_config(app, args.host, args.port)).run()
     return 0

@@ -13,7 +13,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from engine.core.rules import Rule
 
 MAX_TOP_LOGPROBS = 20  # OpenAI's limit, and the steps' own candidates (TOP_CANDIDATES)
-COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions; chat writes until the end or the context
+COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+CHAT_MAX_TOKENS = 2048  # chat's, where a request gives none (the context's room where that is less)
+MAX_INT = 2**31 - 1  # a count a request may give, at most (OpenAI's and llama.cpp's int)
+MAX_TEXT = 1 << 20  # characters of one text a request gives beside its prompt (a steer's insert, an option)
 # llama.cpp server's sampler names (its `samplers` field) -> the engine's stages; the engine's own names pass too
 SAMPLER_ALIASES = {"typ_p": "typical_p", "typical": "typical_p", "top_n_sigma": "top_n_sigma", "penalties": "penalties",
                    "temp": "temperature", "logit_bias": "logit_bias"}  # fmt: skip
@@ -24,10 +27,10 @@ class Steer(BaseModel):
     text or choose among options, between two inference passes. Commands are the server's rules only."""
 
     model_config = ConfigDict(extra="forbid")
-    at: str = Field(min_length=1)
+    at: str = Field(min_length=1, max_length=MAX_TEXT)
     regex: bool = False
-    insert: str | None = None
-    choose: list[str] | None = None
+    insert: str | None = Field(default=None, min_length=1, max_length=MAX_TEXT)
+    choose: list[str] | None = Field(default=None, min_length=1, max_length=64)
 
     def rule(self) -> Rule:
         return Rule(self.at, insert=self.insert, choose=self.choose, regex=self.regex, client=True)
@@ -43,12 +46,14 @@ class Sampling(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     model: str
-    max_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1, le=MAX_INT)
     temperature: float = 1.0  # OpenAI's default; 0 is greedy
     top_p: float | None = None
     seed: int | None = None  # None: a seed drawn for the request, kept in its trace (so it replays)
     stop: str | list[str] | None = None
-    logit_bias: dict[str, float] | None = None  # token id (as text, as OpenAI sends it) -> added score
+    logit_bias: dict[str, float] | None = Field(
+        default=None, max_length=1024
+    )  # token id (as text, as OpenAI sends it) -> added score
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: Literal[1] = 1  # one choice per request: the session is one text
@@ -168,10 +173,10 @@ class ChatMessage(BaseModel):
 
 
 class ChatRequest(Sampling):
-    messages: list[ChatMessage] = Field(min_length=1)
+    messages: list[ChatMessage] = Field(min_length=1, max_length=4096)
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_INT)
 
     def chat_messages(self) -> list[dict]:
         """The messages as a chat template reads them ("developer" is OpenAI's newer name for "system")."""

@@ -41,6 +41,8 @@ class Run:
         self.watched = 0  # steps sent to the server's watchers
         self.taken, self.stepping = 0, 0.0  # steps taken and the seconds they took (the model's pace)
         self.finish_reason: str | None = None
+        self.ended = False  # the server has kept its trace and told its watchers
+        self.trace_error: str | None = None  # why its trace could not be kept (--traces), if it could not
         self._stopped_at: int | None = None  # where a stop string begins in the generated text
 
     def step(self) -> Piece | None:

@@ -1,6 +1,7 @@
 """The server on uvicorn in a thread of this process (tests, benches, a notebook): `with serving(app) as url:`."""
 
 import contextlib
+import socket
 import threading
 import time
 
@@ -8,12 +9,20 @@ START_TIMEOUT = 30.0  # seconds
 
 
 @contextlib.contextmanager
-def serving(app, host: str = "127.0.0.1", port: int = 0):
-    """app served at host (a free port by default) -> its /v1 URL; stopped when the block ends."""
+def serving(app, host: str = "127.0.0.1", port: int = 0, send_buffer: int | None = None):
+    """app served at host (a free port by default) -> its /v1 URL; stopped when the block ends. send_buffer:
+    the kernel's send buffer of every connection, in bytes (a test of a client that stops reading fills it)."""
     import uvicorn
 
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True, name="uvicorn")
+    from engine.serve.guard import uvicorn_config
+
+    server = uvicorn.Server(uvicorn_config(app, host, port))
+    sockets = None
+    if send_buffer is not None:  # a listening socket's buffer sizes pass to the connections it accepts
+        listener = socket.create_server((host, port))
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
+        sockets = [listener]
+    thread = threading.Thread(target=server.run, kwargs={"sockets": sockets}, daemon=True, name="uvicorn")
     thread.start()
     deadline = time.monotonic() + START_TIMEOUT
     while not server.started:

@@ -129,6 +129,9 @@ class GGUFTokenizer:
             raise ValueError(self.chat_template_problem or "this model file has no chat template")
         try:
             return render(self.chat_template, messages, self.bos_text, self.eos_text)
-        except TemplateLimit as error:
-            self.chat_template, self.chat_template_problem = None, f"the model's chat template is not used: {error}"
+        except TemplateLimit as error:  # the template's fault only where a plain turn fails too
+            kept, problem = checked_template(self.chat_template, self.bos_text, self.eos_text)
+            if kept is not None:  # this conversation's: the next request is not refused for it
+                raise ValueError(f"the conversation is too long for the chat template: {error}") from None
+            self.chat_template, self.chat_template_problem = None, problem
             raise ValueError(self.chat_template_problem) from None
