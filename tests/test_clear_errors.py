@@ -134,7 +134,9 @@ def test_a_chat_template_that_recurses_loops_or_grows_is_dropped_with_a_value_er
     assert time.perf_counter() - started < 30
 
 
-def test_a_chat_template_that_fails_a_limit_only_on_some_text_says_so_and_is_not_run_again(tmp_path, cache_dir):
+def test_a_chat_template_that_fails_a_limit_only_on_some_text_says_so_and_serves_other_text(tmp_path, cache_dir):
+    """The limit is the text's fault, not the template's, where a plain turn still renders: the template is kept
+    (issue 42: before, one long conversation turned chat off for everyone until a restart)."""
     slow_on_long_text = (  # a text of n characters: n * n turns (20,000: ~13 s without the limit)
         "{% for m in messages %}{% for c in m['content'] %}{% for c2 in m['content'] %}"
         "{% endfor %}{% endfor %}{{ m['content'] }}{% endfor %}"
@@ -144,13 +146,12 @@ def test_a_chat_template_that_fails_a_limit_only_on_some_text_says_so_and_is_not
     model = engine.load_model(path, backend="numpy")
     assert model.capabilities.chat_template and model.chat_prompt("Hello") == "Hello"
     started = time.perf_counter()
-    with pytest.raises(ValueError, match="the model's chat template is not used: it ran longer than 1 s"):
+    with pytest.raises(ValueError, match="the conversation is too long for the chat template: it ran longer than 1 s"):
         model.chat_prompt("a" * 20_000)
-    assert time.perf_counter() - started < RENDER_SECONDS + 1
+    assert time.perf_counter() - started < 2 * RENDER_SECONDS + 1  # the text's render, then a plain turn's
     started = time.perf_counter()
-    with pytest.raises(ValueError, match="the model's chat template is not used: it ran longer than 1 s"):
-        model.chat_prompt("Hello")
-    assert time.perf_counter() - started < 0.01
+    assert model.has_chat_template() and model.chat_prompt("Hello") == "Hello"
+    assert time.perf_counter() - started < 0.05
 
 
 def test_smollm2s_chat_template_renders_as_before_within_the_limits():

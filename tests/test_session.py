@@ -140,9 +140,27 @@ def test_rewind_reproduces_the_dropped_steps_including_the_random_state(story_mo
     counter = CountingDecode(story_model, monkeypatch)
     session.rewind(10)
     assert counter.calls == []  # O(1): no forward pass
-    assert len(session.steps) == len(before) - 10 and session._context.cache.length == len(session.ids)
+    # the cache stands one token short where that position's row was let go (more than RECENT_ROWS back): the
+    # next step feeds that token alone again, as it was first fed, which makes the same row
+    assert len(session.steps) == len(before) - 10 and session._context.cache.length == len(session.ids) - 1
     session.run()
     assert [s.to_dict() for s in session.steps] == before
+
+
+def test_a_long_text_keeps_the_rows_of_its_last_tokens_only_and_rewinds_anywhere_the_same(story_model):
+    """Memory grows with the text by the KV cache (and the steps' records), not a row of scores a token (issue
+    42: 1 MB a Gemma 3 token); every rewind, however far, still writes the same steps again."""
+    from engine.backends.local import RECENT_ROWS
+
+    session = Session(story_model, FIRST, temperature=1.5, seed=3, max_new_tokens=60)
+    session.run()
+    before = [s.to_dict() for s in session.steps]
+    assert len(session.steps) > 3 * RECENT_ROWS
+    assert len(session._context._rows) <= RECENT_ROWS + 1  # the prompt's first row, and the last few
+    for back in (1, RECENT_ROWS + 3, 2, len(before) - 1, len(before)):
+        session.rewind(back)
+        session.run()
+        assert [s.to_dict() for s in session.steps] == before, back
 
 
 def test_rewind_then_change_is_a_branch(story_model):

@@ -3,22 +3,29 @@
 it is done (Replay then checks it: identical on the same model). A server that is not there is said."""
 
 import openai
-from PySide6.QtWidgets import QInputDialog
+from PySide6.QtWidgets import QDialog
 from test_serve import served
 
 import engine
+from playground.watch.menu import WatchDialog
 
 WAIT = 60000
 
 
 def test_a_served_request_appears_live_and_its_trace_opens(qtbot, window, story_model, monkeypatch):
     prompt = "mia has a red ball. she goes to the park."
-    with served(story_model) as url:
-        monkeypatch.setattr(QInputDialog, "getText", lambda *a, **k: (url, True))
+    with served(story_model, api_key="k3y") as url:
+
+        def filled_in(dialog):  # the dialog as a person fills it: the URL, and the server's key
+            dialog.url.setText(url)
+            dialog.key.setText("k3y")
+            return QDialog.DialogCode.Accepted
+
+        monkeypatch.setattr(WatchDialog, "exec", filled_in)
         window.findChild(type(window.replay_action), "watchServerAction").trigger()
         assert window.controller.watching.watching and "Watching" in window.message_label.text()
         qtbot.wait(1500)  # the watch stream is open before the request is made
-        client = openai.OpenAI(base_url=url, api_key="none", max_retries=0)
+        client = openai.OpenAI(base_url=url, api_key="k3y", max_retries=0)
         answer = client.completions.create(
             model=story_model.name, prompt=prompt, max_tokens=12, temperature=0.7, seed=9
         )

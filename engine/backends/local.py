@@ -6,6 +6,7 @@ each step was chosen from is kept by position, so a rewind needs no forward pass
 text is fed only when the next position's scores are needed.
 """
 
+import collections
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from engine.core.tree import shared_prefix
 
 SCORE_CHUNK = 128  # the fewest positions per forward pass when a text is scored
 MAX_SCORE_CHUNK = 512  # the most (llama.cpp's batch)
+RECENT_ROWS = 8  # rows of the last tokens fed one at a time kept (a rewind of a few steps reads none again)
 SCORE_BYTES = 128 * 2**20  # the rows one scoring pass may hold: 512 of SmolLM2's 49,152 scores (96 MiB)
 
 
@@ -56,6 +58,10 @@ class LocalContext:
         self.model = model
         self.cache = model.new_cache()
         self._rows: dict[int, np.ndarray] = {}  # position -> the scores a token at that position was chosen from
+        # positions whose row one token fed alone made (that token fed again on the same cache makes it again, bit
+        # for bit): only the last RECENT_ROWS of them keep their row, so a long text costs no row per token
+        self._refeedable: collections.deque[int] = collections.deque()
+        self._let_go: list[int] = []  # the positions whose row was dropped so, ascending (all below _refeedable's)
         self._texts = model.token_texts  # token id -> text, decoded once per model (shared by every StepMaker)
         self._maker = StepMaker(model.tokenizer, Settings(), self._texts)
         self._dry: dict[tuple[str, ...], object] = {}  # DRY's breakers per set of breaker strings
@@ -113,6 +119,7 @@ class LocalContext:
         llama.cpp reads them in one pass (engine/backends/llamacpp/branches.py: the same rows, bit for bit)."""
         if len(paths) > 1 and self._head_scales is None and hasattr(self.model, "forward_branches"):
             self.truncate(min(shared_prefix(held, path) for path in paths))
+            self._make_again(paths[0])
             kept = self.cache.length
             if self.model.work_stopped:
                 raise ValueError(f"{self.model.name} was told to stop its work (stop_work): no forward pass runs")
@@ -229,6 +236,10 @@ class LocalContext:
         self.cache.truncate(self._cache_kept(length))
         for position in [p for p in self._rows if p > length]:
             del self._rows[position]
+        while self._refeedable and self._refeedable[-1] > length:
+            self._refeedable.pop()
+        while self._let_go and self._let_go[-1] > length:
+            self._let_go.pop()
 
     def _cache_kept(self, length: int) -> int:
         """The cache positions truncate(length) keeps (one less where the row at `length` is not kept)."""
@@ -239,13 +250,14 @@ class LocalContext:
         """The context as truncate(length) leaves it, for a look from there that must leave the positions after
         as they were (many seeds from an earlier token): those are kept aside and put back after, bit for bit
         (recomputing them in another chunking would change the numbers of every later step)."""
-        rows, kept = dict(self._rows), self.cache.keep_aside(self._cache_kept(length))
+        rows, refeedable, let_go = dict(self._rows), collections.deque(self._refeedable), list(self._let_go)
+        kept = self.cache.keep_aside(self._cache_kept(length))
         self.truncate(length)
         try:
             yield
         finally:
             self.cache.put_back(kept)
-            self._rows = rows
+            self._rows, self._refeedable, self._let_go = rows, refeedable, let_go
 
     def close_stream(self, steps):
         return steps  # nothing streams here
@@ -323,8 +335,31 @@ class LocalContext:
         """Scores for position len(ids): kept from before, or one forward over the ids not yet fed."""
         row = self._rows.get(len(ids))
         if row is None:
-            row = self._rows[len(ids)] = self._forward(list(ids[self.cache.length :]), last_only=True)[-1]
+            self._make_again(ids)
+            row = self._rows.get(len(ids))
+        if row is None:
+            fed = list(ids[self.cache.length :])
+            row = self._rows[len(ids)] = self._forward(fed, last_only=True)[-1]
+            if len(fed) == 1:
+                self._let_go_before(len(ids))
         return row
+
+    def _let_go_before(self, position: int) -> None:
+        """The row at `position` came from one token fed alone: rows made so, older than the last RECENT_ROWS,
+        are dropped (a rewind to one feeds its token again, which makes the same row: _cache_kept)."""
+        self._refeedable.append(position)
+        while self._refeedable[0] <= position - RECENT_ROWS:
+            old = self._refeedable.popleft()
+            self._rows.pop(old, None)
+            self._let_go.append(old)
+
+    def _make_again(self, ids) -> None:
+        """Where the cache stands one short of a row that was let go (truncate to it), feed that token alone
+        again, as it was first fed, before anything else: a pass of several tokens would give other numbers."""
+        if self._let_go and self._let_go[-1] == self.cache.length + 1 and len(ids) > self.cache.length:
+            position = self._let_go.pop()
+            self._rows[position] = self._forward([ids[position - 1]], last_only=True)[-1]
+            self._let_go_before(position)
 
     def _forward(self, token_ids, last_only=False) -> np.ndarray:
         """The model's scores after feeding token_ids; a failed or non-finite forward leaves the cache as

@@ -1,9 +1,26 @@
 """File > Watch a server... and Stop watching, and the status bar's button back to the person's session."""
 
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QInputDialog, QMessageBox, QPushButton
+from PySide6.QtWidgets import QDialog, QDialogButtonBox, QFormLayout, QLineEdit, QMessageBox, QPushButton
 
 DEFAULT_URL = "http://127.0.0.1:8000/v1"  # python -m engine serve's own default
+
+
+class WatchDialog(QDialog):
+    """The server's URL and, for a server started with --api-key, its key (shown as dots, never remembered)."""
+
+    def __init__(self, parent, url: str):
+        super().__init__(parent, objectName="watchDialog", windowTitle="Watch a server")
+        self.url = QLineEdit(url, objectName="watchUrlEdit")
+        self.key = QLineEdit(objectName="watchKeyEdit", placeholderText="none (the server has no --api-key)")
+        self.key.setEchoMode(QLineEdit.EchoMode.Password)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        form = QFormLayout(self)
+        form.addRow("The server's URL (python -m engine serve):", self.url)
+        form.addRow("API key:", self.key)
+        form.addRow(buttons)
 
 
 def watch_actions(window) -> tuple[QAction, QAction]:
@@ -11,11 +28,10 @@ def watch_actions(window) -> tuple[QAction, QAction]:
 
     def ask() -> None:
         watching = window.controller.watching
-        url, ok = QInputDialog.getText(window, "Watch a server", "The server's URL (python -m engine serve):",
-                                       text=watching.url or DEFAULT_URL)  # fmt: skip
-        if ok and url:
+        dialog = WatchDialog(window, watching.url or DEFAULT_URL)
+        if dialog.exec() == QDialog.DialogCode.Accepted and dialog.url.text().strip():
             try:
-                watching.start(url)
+                watching.start(dialog.url.text(), dialog.key.text() or None)
             except ValueError as error:
                 QMessageBox.warning(window, "Watch a server", str(error))
 
