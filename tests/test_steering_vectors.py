@@ -323,3 +323,40 @@ def test_the_inside_view_reads_the_stream_under_the_direction_in_force(model, ha
     for bad in (np.ones((3, 3)), np.full(model.residual_shape, np.nan)):
         with pytest.raises(ValueError, match="residual_add"):
             engine.inside_view(model, session.ids, residual_add=bad)
+
+
+@pytest.mark.parametrize("value, strength, message", [
+    (float("nan"), 1.0, "strength x the direction is not a number"),
+    (3e38, 100.0, "strength x the direction reaches inf"),
+    (3e37, 1.0, "reaches 3e\\+37"),
+])  # fmt: skip
+def test_a_vector_too_large_for_the_stream_is_refused_when_it_is_set(model, happy, value, strength, message):
+    """Before: a NaN vector, or a 3e38 control-vector file at strength 100, was taken, and the next step failed
+    with "its weights or its cache are damaged"; now it is refused when set, naming the steering."""
+    import dataclasses
+
+    directions = happy.directions.copy()
+    directions[LAYER, 7] = value
+    damaged = dataclasses.replace(happy, directions=directions)
+    session = engine.Session(model, PROMPT, max_new_tokens=2)
+    with pytest.raises(ValueError, match=message):
+        session.steer_vector(damaged, [LAYER], strength)
+    assert session.actions == [] and session.vector_steering is None
+    assert session.step() is not None  # the session goes on, unsteered
+
+
+def test_steering_that_makes_the_scores_non_finite_is_blamed(model, happy):
+    """Additions past what Session.steer_vector allows, set on a context directly (the contract's
+    set_residual_additions, which trusts its caller): the scores come out non-finite, and the error names the
+    steering, not damaged weights."""
+    context = model.open_context()
+    context.set_residual_additions(np.full(happy.shape, 3e38, dtype=np.float32))
+    with (
+        np.errstate(over="ignore", invalid="ignore"),
+        pytest.raises(
+            ValueError,
+            match=r"with the steering in force "
+            r"\(a direction\): it is too strong",
+        ),
+    ):
+        context.distributions(model.tokenizer.encode(PROMPT), engine.Settings())

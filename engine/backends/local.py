@@ -380,15 +380,15 @@ class LocalContext:
             raise
         return rows
 
-    @staticmethod
-    def _check_finite(rows, position: int, by_row: bool = False) -> None:
+    def _check_finite(self, rows, position: int, by_row: bool = False) -> None:
         """A ValueError where the model gave a non-finite score (position: the first row's, by_row: the rows are
-        consecutive positions)."""
+        consecutive positions), blaming the steering where some is in force."""
         # one check of the whole pass (count_nonzero: a third of all()'s cost on a row); which row only when one is bad
         if np.count_nonzero(np.isfinite(rows)) < rows.size:
             finite = np.isfinite(rows).all(axis=-1)
             position += int(np.argmin(finite)) if by_row else 0
-            raise ValueError(
-                f"the model produced non-finite scores (NaN or inf) at position {position}: "
-                "its weights or its cache are damaged"
-            )
+            steered = [what for what, table in (("a direction", self._residual_add), ("head scales", self._head_scales))
+                       if table is not None]  # fmt: skip
+            cause = (f"with the steering in force ({' and '.join(steered)}): it is too strong for this model; "
+                     "weaken or clear it" if steered else "its weights or its cache are damaged")  # fmt: skip
+            raise ValueError(f"the model produced non-finite scores (NaN or inf) at position {position}: {cause}")

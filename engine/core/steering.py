@@ -17,6 +17,9 @@ from engine.core.checks import checked_ids
 from engine.core.settings import Settings
 
 MAX_STRENGTH = 100.0  # |strength|: far past where text stays readable, short of overflowing float32
+# |strength x a direction's value|, at most: residual streams hold values of ~1 to 1e4; past 1e6 a norm's sum of
+# squares nears float32's overflow, and the scores come out NaN (a 3e38 file at strength 100 did)
+MAX_ADDITION = 1e6
 MAX_PROMPTS = 64  # contrast prompts per side: each is one forward pass
 
 
@@ -97,7 +100,14 @@ def steering_table(model, vector, layers, strength) -> tuple[tuple[int, ...], fl
     if strength == 0 or not checked:
         return (), 0.0, None
     table = np.zeros((count, d), dtype=np.float32)
-    table[list(checked)] = np.float32(strength) * vector.directions[list(checked)]
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused just below, by name
+        table[list(checked)] = np.float32(strength) * vector.directions[list(checked)]
+    largest = float(np.max(np.abs(table)))
+    if not largest <= MAX_ADDITION:  # NaN too
+        what = "is not a number" if np.isnan(largest) else f"reaches {largest:.3g}"
+        raise ValueError(f"this steering adds values too large for the residual stream: strength x the direction "
+                         f"{what} (at most {MAX_ADDITION:g}); the vector's file may be damaged, or the strength too "
+                         "high")  # fmt: skip
     return checked, strength, table
 
 
