@@ -10,6 +10,7 @@ from pathlib import Path
 from engine import Session, load_model
 from engine.backends.llamacpp.threads import DEFAULT_THREADS_RULE, default_threads
 from engine.core.settings import MAX_SEED
+from engine.replay_command import replay_command
 
 THREADS_HELP = (f"llama.cpp's CPU threads (default: {default_threads()} here, {DEFAULT_THREADS_RULE}; ggml's "
                 "threads spin while they wait for each other, so a count that fills the machine is many times "
@@ -117,7 +118,7 @@ def main(argv=None) -> int:
 
         return serve(words[1:])
     args = build_parser().parse_args(argv)
-    commands = {"generate": _generate, "score": _score, "replay": _replay, "trace": _trace, "train": _train}
+    commands = {"generate": _generate, "score": _score, "replay": replay_command, "trace": _trace, "train": _train}
     try:
         return commands[args.command](args)
     except ValueError as error:
@@ -290,57 +291,6 @@ def probability_table(steps) -> str:
             f"{index:>4}  {repr(step.token):<20} {drawn:>9} {model:>9} {step.model_rank or '?':>5}  {step.source}"
         )
     return "\n".join(lines)
-
-
-def _replay(args) -> int:
-    from engine import replay
-
-    trace, load = _replayable(args.trace)
-    report = replay(trace, _replay_model(args, trace["model"], load), other_model=args.other_model)
-    print(report.summary())
-    for note in report.notes:
-        if note != report.summary():  # a replay that stopped says why in both
-            print(note)
-    return 0 if report.same_tokens else 1
-
-
-def _replayable(path) -> tuple[dict, dict]:
-    """(the trace, where its model came from: a session file's "load", {} for a trace) of a trace or session file."""
-    from engine.core.session_file import SCHEMA, load_session_file
-    from engine.core.trace import load_trace
-
-    try:
-        with open(path, "rb") as f:
-            start = f.read(4096)
-    except OSError:
-        start = b""  # load_trace says why it cannot be read
-    if SCHEMA.encode() not in start:
-        return load_trace(path), {}
-    document = load_session_file(path)
-    if document["trace"] is None:
-        raise ValueError(f"the session file {path} holds no run yet: nothing to replay")
-    return document["trace"], document["model"]["load"]
-
-
-def _replay_model(args, recorded: dict, load: dict):
-    """--model, else the file or server a session file names, else the model the trace names when this machine has
-    it (the shipped story model, SmolLM2), on the backend the trace was recorded on unless --backend says otherwise."""
-    from engine.loading import SMOLLM2_FILE, smollm2_path
-    from engine.story.checkpoint import load_story_model
-
-    backend = args.backend or ("llama.cpp" if recorded.get("backend") == "llama.cpp" else "numpy")
-    source = args.model if args.model is not None else load.get("source")
-    if source is not None:
-        return load_model(source, backend=backend, threads=args.threads, model_name=recorded.get("server_model"))
-    if recorded["name"] == Path(SMOLLM2_FILE).stem and smollm2_path() is not None:
-        return load_model("smollm2", backend=backend, threads=args.threads)
-    if recorded["name"] == "story model":
-        story = load_story_model()
-        if story.weights_sha256 == recorded["weights_sha256"]:
-            return story
-    raise ValueError(f"the trace was recorded with {recorded['name']!r} (weights {recorded['weights_sha256'][:12]}), "
-                     "which is neither the shipped story model nor SmolLM2: give the model with --model (a .gguf "
-                     "file, a story-model checkpoint or a server URL)")  # fmt: skip
 
 
 def _trace(args) -> int:

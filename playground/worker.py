@@ -25,6 +25,7 @@ import engine
 
 from .run_speed import RunClock
 from .session_view import SessionView
+from .worker_messages import why_it_cannot_go_on
 
 STOPPED_BY_YOU = "stopped by you"
 LOAD_CANCELLED = "loading cancelled"
@@ -32,19 +33,6 @@ LOAD_CANCELLED = "loading cancelled"
 
 class LoadCancelled(Exception):
     """Raised from the progress callback when Stop is pressed while a model loads."""
-
-
-def why_it_cannot_go_on(session) -> str | None:
-    """Why Step and Generate cannot carry on this session, and how a person can, or None when they can.
-    A max_new_tokens stop is not one: Max new counts per Generate, so they go on past it."""
-    reason = session.stopped
-    if reason == "context full":
-        return (f"The context is full ({session.model.context_length:,} positions): Step and Generate cannot "
-                "go on. Click a token to branch from there, or Reset to start over.")  # fmt: skip
-    if reason and reason != "max_new_tokens":
-        return (f"The model ended the text ({reason}): Step and Generate cannot go on. Insert text to "
-                "continue it, click a token to branch from there, or Reset to start over.")  # fmt: skip
-    return None
 
 
 TICK_SECONDS = 0.004  # a turn of generation: short enough that a click is taken within a few ms
@@ -288,7 +276,8 @@ class GenerationWorker(QObject):
         stop it between two actions."""
         self._stop.clear()
         try:
-            session, report = engine.replay_session(trace, self.model, cancelled=self._stop.is_set)
+            session, report = engine.replay_session(trace, self.model, cancelled=self._stop.is_set,
+                                                    progress=self._replay_progress())  # fmt: skip
         except ValueError as error:
             self.failed.emit(f"replay failed: {error}")
             return
@@ -296,6 +285,18 @@ class GenerationWorker(QObject):
         self.publish()
         self.replayed.emit(report, (request, session.prompt_text, list(session.steps), session.stopped))
         self._emit_preview()
+
+    def _replay_progress(self):
+        """progress(done, total) for a replay: the status bar says how far it is, at most once a second."""
+        last = time.monotonic()
+
+        def progress(done: int, total: int) -> None:
+            nonlocal last
+            if time.monotonic() - last >= 1.0 and done < total:
+                self.notice.emit(f"Replaying: {done:,} of {total:,} actions done (Reset stops it)")
+                last = time.monotonic()
+
+        return progress
 
     # --- helpers -------------------------------------------------------------------------------------
     def command(self, action, emit: bool, rewound: bool = False) -> bool:
@@ -381,8 +382,3 @@ class GenerationWorker(QObject):
         """A long command (an expansion) starts: Stop ends it from now on. -> whether Stop was pressed since."""
         self._stop.clear()
         return self._stop.is_set
-
-
-def readable(error: Exception) -> str:
-    """An error as a person reads it: a ValueError's or OSError's own message, else its type too."""
-    return str(error) if isinstance(error, (ValueError, OSError)) else f"{type(error).__name__}: {error}"

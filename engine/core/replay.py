@@ -9,7 +9,9 @@ The work a trace may ask for is bounded by what it holds: a tree only grows (del
 replay makes no more nodes than the trace's tree had ("tree_size"). An action naming a node beyond it is refused
 before any work; an expansion's budget is cut to that size (an expansion recorded reaching no more nodes than
 the tree holds, and a budget at least that big makes the very same ones); a replay whose tree outgrows it
-stops there. `cancelled()` -> True (the window: Reset, closing) stops it between actions and levels.
+stops there. `cancelled()` -> True (the window: Reset, closing; the command line: Ctrl+C) stops it between
+actions and levels, and `progress(done, total)` hears of each action done: a trace's actions may cost far more
+than its bytes (each steering change reads the whole text again), so a long replay shows how far it is.
 """
 
 from dataclasses import replace
@@ -32,14 +34,14 @@ class OtherModelError(ValueError):
         self.recorded = recorded
 
 
-def replay(trace: dict, model, cancelled=None, other_model: bool = False) -> ReplayReport:
+def replay(trace: dict, model, cancelled=None, other_model: bool = False, progress=None) -> ReplayReport:
     """Re-run the trace's actions on a fresh session (no rules: what they inserted is in the actions) and
     compare every step with the recorded one. A trace of another model raises OtherModelError, unless
     other_model=True: then it replays there, to see where that model differs (a note names both)."""
-    return replay_session(trace, model, cancelled, other_model)[1]
+    return replay_session(trace, model, cancelled, other_model, progress)[1]
 
 
-def replay_session(trace: dict, model, cancelled=None, other_model: bool = False):
+def replay_session(trace: dict, model, cancelled=None, other_model: bool = False, progress=None):
     """-> (the replayed Session, its ReplayReport); the window keeps the session to continue from.
     cancelled() -> True stops the replay between two actions (or an expansion's levels): a note says so."""
     validate_trace(trace)
@@ -73,6 +75,8 @@ def replay_session(trace: dict, model, cancelled=None, other_model: bool = False
             if len(session.tree.nodes) > most_nodes:
                 raise ValueError(f"the replay has made {len(session.tree.nodes)} nodes, more than the "
                                  f"{most_nodes} of the trace's tree")  # fmt: skip
+            if progress is not None:
+                progress(index + 1, len(trace["actions"]))
         except ValueError as error:
             stopped = f"replay stopped at action {index} ({action['kind']}): {error}"
             notes.append(stopped)

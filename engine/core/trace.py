@@ -93,9 +93,18 @@ def save_trace(trace: dict, path) -> None:
     atomic_write_bytes(Path(path), text.encode("utf-8"))
 
 
+MAX_TOKEN_CHARS = 128  # characters one token spells, at most (the longest in real vocabularies are ~100 spaces)
+MAX_TRACE_BYTES = 512 * 1024 * 1024  # a trace file, at most (as a session file: a tree of 100,000 nodes is ~250 MB)
+
+
 def load_trace(path) -> dict:
+    """Read and check a trace file of at most MAX_TRACE_BYTES (a 2 GB one took 4.2 GB before "not JSON")."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path, "rb") as file:
+            raw = file.read(MAX_TRACE_BYTES + 1)
+        if len(raw) > MAX_TRACE_BYTES:
+            raise ValueError(f"{path} is over {MAX_TRACE_BYTES >> 20} MB: not a trace")
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise ValueError(f"cannot read trace {path}: {error}") from None
     try:
@@ -131,6 +140,12 @@ def validate_trace(trace) -> None:
         raise ValueError("trace field 'prompt' must not be empty")
     if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in trace["prompt_token_ids"]):
         raise ValueError("trace field 'prompt_token_ids' must be a list of non-negative ints")
+    most = MAX_TOKEN_CHARS * (len(trace["prompt_token_ids"]) + 1)  # + 1: what healing left for the model to spell
+    if len(trace["prompt"]) > most:  # a text no tokenizer makes of so few tokens (an edited or hostile file)
+        raise ValueError(f"trace field 'prompt' holds {len(trace['prompt']):,} characters for "
+                         f"{len(trace['prompt_token_ids']):,} tokens: more than {MAX_TOKEN_CHARS} a token")  # fmt: skip
+    if len(trace["text"]) > len(trace["prompt"]) + MAX_TOKEN_CHARS * len(trace["steps"]):
+        raise ValueError(f"trace field 'text' holds more than {MAX_TOKEN_CHARS} characters a step beyond its prompt")
     try:
         Settings(**trace["settings"])
     except (TypeError, ValueError) as error:

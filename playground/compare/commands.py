@@ -6,7 +6,8 @@ from PySide6.QtCore import Signal, Slot
 import engine
 
 from ..feature import WorkerCommands
-from ..worker import LoadCancelled, readable
+from ..worker import LoadCancelled
+from ..worker_messages import readable
 
 
 class CompareCommands(WorkerCommands):

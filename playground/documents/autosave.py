@@ -96,6 +96,16 @@ class RunningMarker:
         self.left_by = int(left) if left.isdigit() else None
         return UNCLEAN if left else CLEAN
 
+    def peek(self) -> str:
+        """What the marker says without claiming it (a data folder this process cannot write): UNCLEAN where a
+        pid was left in it, else CLEAN."""
+        try:
+            left = self.path.read_bytes()[:32].decode("ascii", "replace").strip()
+        except OSError:
+            return CLEAN
+        self.left_by = int(left) if left.isdigit() else None
+        return UNCLEAN if left else CLEAN
+
     @property
     def held(self) -> bool:
         return self._fd is not None

@@ -65,10 +65,12 @@ class Recovery(QObject):
         self._owed_from: int | None = None  # the writer's count of documents then (a save made since: it grows)
         self._failures: set[str] = set()
         self.documents.opened.connect(self._opened)
+        self._unwritable = False  # the data folder cannot be written: a crashed session is still offered
         try:
             self._found = self.marker.claim()
         except OSError as error:
             status(f"Autosave is off: {sessions_dir()} cannot be written ({error})", error=True)
+            self._found, self._unwritable = self.marker.peek(), True
             return
         if self._found == TAKEN:
             status(
@@ -79,7 +81,7 @@ class Recovery(QObject):
 
     def begin(self) -> None:
         """The window is made: reopen the last session (a clean quit), or offer it (an unclean exit)."""
-        if self.writer is None or not saved_sessions():
+        if (self.writer is None and not self._unwritable) or not saved_sessions():
             return
         document, notes = _read_saved()
         if document is None:
@@ -165,8 +167,9 @@ class Recovery(QObject):
         self._offered = document
         banner = self.banner
         pid = f" (process {self.marker.left_by})" if self.marker.left_by else ""
+        unwritable = f" (autosave is off: {sessions_dir()} cannot be written)" if self._unwritable else ""
         banner.label.setText(f"The last session ended unexpectedly{pid}. Its text, tree, rules and settings were "
-                             "autosaved after its last change.")  # fmt: skip
+                             f"autosaved after its last change{unwritable}.")  # fmt: skip
         banner.restore_button.clicked.connect(self.restore)
         banner.discard_button.clicked.connect(self.discard)
         banner.show()

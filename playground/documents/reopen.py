@@ -124,7 +124,11 @@ class Reopening:
         controls.prompt.setPlainText(typed[:MAX_REMEMBERED_PROMPT])
         if trace is not None and self.host.prompts.prompt_text() != trace["prompt"]:
             controls.chat_format.setChecked(False)
-            controls.prompt.setPlainText(trace["prompt"])
+            controls.prompt.setPlainText(trace["prompt"][:MAX_REMEMBERED_PROMPT])
+            note = ""
+            if len(trace["prompt"]) > MAX_REMEMBERED_PROMPT:
+                note = (f"The session's prompt has {len(trace['prompt']):,} characters: the prompt box shows the first "
+                        f"{MAX_REMEMBERED_PROMPT:,}")  # fmt: skip
         return note
 
 

@@ -14,7 +14,7 @@ from PySide6.QtCore import QMetaObject, Qt, Signal, Slot
 import engine
 
 from ..feature import WorkerCommands
-from ..worker import readable
+from ..worker_messages import readable
 
 CACHED_PROMPTS = 8  # prompts whose scores are kept (a few KB per token each)
 
