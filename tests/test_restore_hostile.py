@@ -106,3 +106,28 @@ def test_a_crashed_session_in_a_folder_that_cannot_be_written_is_still_offered(s
     session = engine.Session(story_model, "mia", max_new_tokens=1)
     session.run()
     assert f"restored: {session.text}" in done.stdout
+
+
+@pytest.mark.parametrize("field, value, said", [
+    ("window", 5, "session field 'window' must be an object"),
+    ("window", {"prompt": 5, "settings": {}, "chat_format": False}, "'window.prompt' must be a string"),
+    ("model", {"name": "story model", "weights_sha256": "x", "load": 5}, "'model.load' must be an object"),
+    ("rules", {"when": 1}, "session field 'rules'"),
+])  # fmt: skip
+def test_an_autosave_with_a_field_of_the_wrong_type_is_a_sentence(qtbot, story_model, prefs, data_dir, field, value,
+                                                                   said):  # fmt: skip
+    autosave(data_dir, story_model, "mia", **{field: value})
+    window = shown_window(qtbot, story_model, prefs)
+    assert "could not be read" in window.message_label.text() and said in window.message_label.text()
+    assert not window.recovery_banner.isVisible()
+    window.close()
+
+
+def test_an_autosave_whose_document_record_is_of_the_wrong_type_opens_as_untitled(qtbot, story_model, prefs,
+                                                                                   data_dir):  # fmt: skip
+    autosave(data_dir, story_model, "mia", document=[1, 2])
+    window = shown_window(qtbot, story_model, prefs)
+    window.controller.recovery.restore()
+    qtbot.waitUntil(lambda: not window.controller.documents.busy, timeout=60000)
+    assert window.controls.prompt.toPlainText() == "mia" and window.token_view.step_count() == 1
+    window.close()
