@@ -17,6 +17,11 @@ class UnknownCharacterError(ValueError):
         self.position = position
 
 
+# characters one token spells, at most (the longest in real vocabularies are ~100 spaces): a text longer than this
+# many a token cannot be that many tokens' text, so it is refused before anyone tokenizes it
+MAX_TOKEN_CHARS = 128
+
+
 def _is_int(value) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
 

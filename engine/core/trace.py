@@ -38,6 +38,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from engine.core import __version__
+from engine.core.checks import MAX_TOKEN_CHARS
 from engine.core.files import atomic_write_bytes
 from engine.core.settings import Settings
 from engine.core.steps import Step
@@ -93,7 +94,6 @@ def save_trace(trace: dict, path) -> None:
     atomic_write_bytes(Path(path), text.encode("utf-8"))
 
 
-MAX_TOKEN_CHARS = 128  # characters one token spells, at most (the longest in real vocabularies are ~100 spaces)
 MAX_TRACE_BYTES = 512 * 1024 * 1024  # a trace file, at most (as a session file: a tree of 100,000 nodes is ~250 MB)
 
 

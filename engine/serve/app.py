@@ -28,6 +28,7 @@ from sse_starlette import EventSourceResponse
 from sse_starlette.sse import SendTimeoutError
 from starlette.exceptions import HTTPException
 
+from engine.core.checks import MAX_TOKEN_CHARS
 from engine.core.session import Session
 from engine.core.settings import MAX_SEED
 from engine.core.trace import save_trace
@@ -38,7 +39,6 @@ from engine.serve.stepping import stepper_for
 from engine.serve.watch import Watchers
 
 SEND_SECONDS = 30.0  # a stream's event not taken by its client within this ends the request
-MAX_CHARS_PER_TOKEN = 128  # a prompt longer than the context times this is refused before it is tokenized
 GONE_SECONDS = 0.25  # how often a request that is not streamed asks whether its client is still there
 # the engine's names for what a request names otherwise, for the error's `param`
 PARAM_NAMES = {"max_new_tokens": "max_tokens", "dry_last_n": "dry_penalty_last_n", "rules": "steer",
@@ -146,7 +146,7 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
         return JSONResponse(whole(run, request_id, kind), headers=headers)
 
     def new_run(body, prompt: str, prompt_field: str, top_logprobs, default_max: int) -> Run:
-        if len(prompt) > model.context_length * MAX_CHARS_PER_TOKEN:  # no need to tokenize it to know
+        if len(prompt) > model.context_length * MAX_TOKEN_CHARS:  # no need to tokenize it to know
             raise BadRequest(f"{prompt_field}: {len(prompt):,} characters cannot fit in the model's context of "
                              f"{model.context_length:,} tokens", prompt_field)  # fmt: skip
         prompt_ids = guarded(lambda: model.tokenizer.encode(prompt), prompt_field)

@@ -10,12 +10,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from engine.core.checks import MAX_INT
 from engine.core.rules import Rule
 
 MAX_TOP_LOGPROBS = 20  # OpenAI's limit, and the steps' own candidates (TOP_CANDIDATES)
 COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 CHAT_MAX_TOKENS = 2048  # chat's, where a request gives none (the context's room where that is less)
-MAX_INT = 2**31 - 1  # a count a request may give, at most (OpenAI's and llama.cpp's int)
+
 MAX_TEXT = 1 << 20  # characters of one text a request gives beside its prompt (a steer's insert, an option)
 # llama.cpp server's sampler names (its `samplers` field) -> the engine's stages; the engine's own names pass too
 SAMPLER_ALIASES = {"typ_p": "typical_p", "typical": "typical_p", "top_n_sigma": "top_n_sigma", "penalties": "penalties",
