@@ -2,7 +2,7 @@
 scores let go (engine/backends/local.py's RECENT_ROWS) and with every row kept (as before), side by side, each in
 a child process of its own; and the decode speed of both.
 
-    python bench/long_text_memory.py [--model gemma3] [--tokens 8000] [--context 8192] [--threads 1] [--server]
+    python bench/long_text_memory.py [--model gemma3] [--tokens 8000] [--before-tokens 1500] [--rounds 2] [--server]
 
 --server runs the same text as one request to `python -m engine serve`'s app on uvicorn in the child (no
 `max_tokens` limit hit: the end token banned), measured the same way. RSS is read from /proc (Linux)."""
@@ -66,18 +66,28 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--server", action="store_true", help="one request to the server instead of a Session")
     parser.add_argument("--before-tokens", type=int, default=1500,
-                        help="tokens for the every-row-kept run (it grows ~1 MB a Gemma 3 token)")  # fmt: skip
+                        help="tokens of the side-by-side runs (every row kept grows ~1 MB a Gemma 3 token)")  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=2, help="side-by-side rounds")
     args = parser.parse_args()
     common = {"model": args.model, "context": args.context, "threads": args.threads, "server": args.server}
-    now = measure(dict(common, tokens=args.tokens, keep_all=False))
-    before = measure(dict(common, tokens=args.before_tokens, keep_all=True))
     where = "server request" if args.server else "Session"
     print(f"{args.model}, {where}, llama.cpp {args.threads} thread(s), context {args.context}:")
-    for name, run in (("rows let go (now)", now), ("every row kept (before)", before)):
-        per_token = run["grown_mb"] * 1024 / run["steps"]
-        print(f"  {name:<24} {run['steps']:>6} tokens: +{run['grown_mb']:.0f} MB ({per_token:.1f} KB a token), "
-              f"{run['tokens_per_s']:.1f} tokens/s")  # fmt: skip
-    print(f"  decode speed, now / before: {now['tokens_per_s'] / before['tokens_per_s']:.2f}x")
+    if args.tokens > 0:  # 0: the side-by-side runs only
+        show(f"rows let go, {args.tokens} tokens", measure(dict(common, tokens=args.tokens, keep_all=False)))
+    pairs = []
+    for _ in range(args.rounds):  # the same length both ways, interleaved: the decode speed side by side
+        now = measure(dict(common, tokens=args.before_tokens, keep_all=False))
+        before = measure(dict(common, tokens=args.before_tokens, keep_all=True))
+        show("rows let go (now)", now)
+        show("every row kept (before)", before)
+        pairs.append(now["tokens_per_s"] / before["tokens_per_s"])
+    print(f"  decode speed, now / before, {args.before_tokens} tokens: " + ", ".join(f"{r:.2f}x" for r in pairs))
+
+
+def show(name: str, run: dict) -> None:
+    per_token = run["grown_mb"] * 1024 / run["steps"]
+    print(f"  {name:<28} {run['steps']:>6} tokens: +{run['grown_mb']:.0f} MB ({per_token:.1f} KB a token), "
+          f"{run['tokens_per_s']:.1f} tokens/s", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":
