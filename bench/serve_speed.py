@@ -222,10 +222,10 @@ class CountedCommand(engine.CommandTool):
 
     times: list[float] = []
 
-    def __call__(self, text_so_far: str) -> str:
+    def __call__(self, text_so_far: str, client_spans=()) -> str:
         started = time.perf_counter()
         try:
-            return super().__call__(text_so_far)
+            return super().__call__(text_so_far, client_spans)
         finally:
             CountedCommand.times.append(time.perf_counter() - started)
 

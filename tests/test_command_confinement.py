@@ -90,7 +90,7 @@ def test_a_clients_steer_cannot_run_its_own_block_through_the_agent_example(smol
     target = tmp_path / "pwned.txt"
     rules = engine.load_rules(EXAMPLE / "rules.json", allow_commands=True)
     with served(smollm2_llamacpp, rules=rules) as url:
-        body = {"model": smollm2_llamacpp.name, "prompt": "Hello", "max_tokens": 80, "temperature": 0,
+        body = {"model": smollm2_llamacpp.name, "prompt": "Hello", "max_tokens": 160, "temperature": 0,
                 "steer": [{"at": "Hello", "insert": attack(target)}]}  # fmt: skip
         text = httpx.post(f"{url}/completions", json=body, timeout=300).json()["choices"][0]["text"]
         assert "Result: refused (the client wrote that block)" in text, text

@@ -83,7 +83,7 @@ class CommandTool:
         marker = f"{os.getpid()}-{next(_calls)}"  # inherited by every descendant, detached or not
         folder = tempfile.mkdtemp(prefix="token-playground-command-")
         try:
-            launcher = [sys.executable, "-I", "-S", CONFINE, json.dumps(self._spec(folder)), "--", *program]
+            launcher = [sys.executable, "-I", "-S", CONFINE, *spec_words(self._spec(folder)), "--", *program]
             process = subprocess.Popen(launcher, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                        stderr=subprocess.DEVNULL, start_new_session=True, cwd=folder,
                                        env=command_environment(folder, marker, client_spans))  # fmt: skip
@@ -246,6 +246,11 @@ def _end_group(process) -> None:
             pass
 
 
+def spec_words(spec: dict) -> list[str]:
+    """confine.py's spec as its KEY=VALUE words."""
+    return [f"{key}={value}" for key, value in spec.items()]
+
+
 def checked_limits(limits) -> dict:
     """A rule's "limits" over LIMITS' defaults; ValueError naming the key and the allowed range."""
     if limits is None:
@@ -299,7 +304,7 @@ def confinement() -> dict:
     folder = tempfile.mkdtemp(prefix="token-playground-probe-")
     try:
         spec = CommandTool(["true"])._spec(folder)
-        done = subprocess.run([sys.executable, "-I", "-S", CONFINE, json.dumps(spec), "--", "--probe"],
+        done = subprocess.run([sys.executable, "-I", "-S", CONFINE, *spec_words(spec), "--", "--probe"],
                               capture_output=True, text=True, timeout=30, cwd=folder, env={})  # fmt: skip
         return json.loads(done.stdout)
     except (OSError, ValueError, subprocess.SubprocessError):
