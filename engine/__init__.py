@@ -4,7 +4,7 @@ from engine.backends.gguf.control_vector import load_steering_vector, save_steer
 from engine.backends.llamacpp.threads import DEFAULT_THREADS_RULE, check_threads, default_threads, max_threads
 from engine.core import __version__
 from engine.core.checks import UnknownCharacterError
-from engine.core.commands import CommandTool
+from engine.core.commands import LIMITS, CommandTool
 from engine.core.compare import Comparison, compare
 from engine.core.contract import Backend, Capabilities, Context
 from engine.core.expand import MAX_EXPANSION, ExpandResult
@@ -34,7 +34,7 @@ from engine.story.model import Config, StoryModel
 
 __all__ = [
     "DEFAULT_THREADS_RULE", "GREEDY", "LLAMA_CPP_ORDER", "MAX_EXPANSION", "MAX_SEED", "MAX_SEEDS", "MAX_TEMPERATURE", "SAMPLERS", "STAGE_NAMES", "TOP_CANDIDATES", "Backend", "Candidates", "Capabilities", "Comparison",
-    "Context", "CommandTool", "Config", "ExpandResult", "ForwardTiming", "FoundModel", "InsideView", "NodeView", "GenerationResult", "ReplayReport", "Rule", "ScoreResult", "SeedRun", "Session",
+    "Context", "CommandTool", "LIMITS", "Config", "ExpandResult", "ForwardTiming", "FoundModel", "InsideView", "NodeView", "GenerationResult", "ReplayReport", "Rule", "ScoreResult", "SeedRun", "Session",
     "Settings", "Step", "StoryModel", "UnknownCharacterError", "atomic_write_bytes", "attention_weights", "check_threads", "compare", "default_threads", "end_writes", "generate", "inside_view",
     "layer_candidates", "load_model", "load_trace", "logit_lens", "max_threads",
     "next_token_probs", "find_models", "OtherModelError", "replay", "replay_session", "same_model", "other_model_sentence", "resources_dir", "save_trace", "score",

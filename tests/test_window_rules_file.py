@@ -73,7 +73,7 @@ def test_saved_rules_open_back_as_the_same_rows(qtbot, window, tmp_path, monkeyp
 
 def test_a_command_rule_opened_from_a_file_keeps_its_exit_texts_and_saves_them_back(qtbot, window, tmp_path):
     result = {"when": "Result:", "command": [sys.executable, "-c", "raise SystemExit(1)"],
-              "timeout": 5.0, "on_exit": {"0": " passed"}, "otherwise": " failed"}  # fmt: skip
+              "timeout": 5.0, "limits": {"memory_mb": 512}, "on_exit": {"0": " passed"}, "otherwise": " failed"}  # fmt: skip
     path = tmp_path / "rules.json"
     path.write_text(json.dumps([result]), "utf-8")
     panel, controller = window.rules_panel, window.controller
@@ -81,7 +81,10 @@ def test_a_command_rule_opened_from_a_file_keeps_its_exit_texts_and_saves_them_b
     assert rows(panel) == [("Result:", False, "command", shlex.join(result["command"]))]
     said = panel.table.item(0, VALUE).toolTip()  # what the table has no column for
     assert "skipped: Allow commands is off" in said
-    assert "exit 0: ' passed'; otherwise: ' failed'; timeout 5 s, output up to 4,096 characters" in said
+    assert (
+        "exit 0: ' passed'; otherwise: ' failed'; timeout 5 s, output up to 4,096 characters; limits memory_mb 512"
+        in said
+    )
     panel.allow_commands.setChecked(True)
     (rule,) = panel.rules()
     assert rule.tool("Result:") == " failed"  # the exit status picked the text, as the file says

@@ -261,6 +261,8 @@ def checked_limits(limits) -> dict:
     for key, value in limits.items():
         if key not in LIMITS:
             raise ValueError(f"limits: unknown limit {key!r:.40} (known: {', '.join(LIMITS)})")
+        if value is None and LIMITS[key] is None:  # CPU seconds: from the timeout
+            continue
         out[key] = checked_int(f"limits {key}", value, 1, MAX_LIMITS[key], f"an int from 1 to {MAX_LIMITS[key]}")
     return out
 

@@ -256,7 +256,7 @@ def _row(rule: engine.Rule, number: int) -> tuple[str, str, str, bool, dict]:
         raise ValueError(f"rule {number}: only commands can be shown, not the Python tool {rule.tool!r:.40}")
     tool = rule.tool
     options = {"timeout": tool.timeout, "max_output": tool.max_output, "on_exit": tool.on_exit,
-               "otherwise": tool.otherwise}  # fmt: skip
+               "otherwise": tool.otherwise, "limits": dict(tool.limits)}  # fmt: skip
     return rule.when, "command", shlex.join(tool.argv), rule.regex, options
 
 
@@ -266,6 +266,9 @@ def _described(options: dict) -> str:
     if options["otherwise"] is not None:
         said.append(f"otherwise: {options['otherwise']!r}")
     said.append(f"timeout {options['timeout']:g} s, output up to {options['max_output']:,} characters")
+    changed = {key: value for key, value in options.get("limits", {}).items() if value != engine.LIMITS.get(key)}
+    if changed:
+        said.append("limits " + ", ".join(f"{key} {value}" for key, value in changed.items()))
     return "; ".join(said)
 
 
