@@ -1,5 +1,5 @@
 """Memory of a long text (issue 42): what a session's steps cost beyond the model and its KV cache, with the rows of
-scores let go (engine/backends/local.py's RECENT_ROWS) and with every row kept (as before), side by side, each in
+scores let go (engine/backends/kept_rows.py's RECENT_ROWS) and with every row kept (as before), side by side, each in
 a child process of its own; and the decode speed of both.
 
     python bench/long_text_memory.py [--model gemma3] [--tokens 8000] [--before-tokens 1500] [--rounds 2] [--server]
@@ -16,10 +16,10 @@ import sys
 CHILD = r"""
 import json, os, sys, time
 import engine
-from engine.backends import local
+from engine.backends import kept_rows
 spec = json.loads(sys.argv[1])
 if spec["keep_all"]:
-    local.RECENT_ROWS = 10**9  # every row kept, as before issue 42
+    kept_rows.RECENT_ROWS = 10**9  # every row kept, as before issue 42
 def rss_mb():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20

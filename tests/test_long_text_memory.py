@@ -1,5 +1,5 @@
 """Memory grows with the text by the KV cache (issue 42): measured in a child process, a long text costs its steps'
-records, not a row of scores a token (engine/backends/local.py's RECENT_ROWS; bench/long_text_memory.py gives
+records, not a row of scores a token (engine/backends/kept_rows.py's RECENT_ROWS; bench/long_text_memory.py gives
 the figures for Gemma 3 and the server)."""
 
 import json

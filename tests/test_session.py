@@ -150,7 +150,7 @@ def test_rewind_reproduces_the_dropped_steps_including_the_random_state(story_mo
 def test_a_long_text_keeps_the_rows_of_its_last_tokens_only_and_rewinds_anywhere_the_same(story_model):
     """Memory grows with the text by the KV cache (and the steps' records), not a row of scores a token (issue
     42: 1 MB a Gemma 3 token); every rewind, however far, still writes the same steps again."""
-    from engine.backends.local import RECENT_ROWS
+    from engine.backends.kept_rows import RECENT_ROWS
 
     session = Session(story_model, FIRST, temperature=1.5, seed=3, max_new_tokens=60)
     session.run()

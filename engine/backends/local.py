@@ -6,13 +6,13 @@ each step was chosen from is kept by position, so a rewind needs no forward pass
 text is fed only when the next position's scores are needed.
 """
 
-import collections
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from engine.backends.kept_rows import KeptRows
 from engine.core import penalties
 from engine.core.healing import healer_for
 from engine.core.sampling import NO_INPUT, ChainInput
@@ -24,7 +24,6 @@ from engine.core.tree import shared_prefix
 
 SCORE_CHUNK = 128  # the fewest positions per forward pass when a text is scored
 MAX_SCORE_CHUNK = 512  # the most (llama.cpp's batch)
-RECENT_ROWS = 8  # rows of the last tokens fed one at a time kept (a rewind of a few steps reads none again)
 SCORE_BYTES = 128 * 2**20  # the rows one scoring pass may hold: 512 of SmolLM2's 49,152 scores (96 MiB)
 
 
@@ -57,11 +56,7 @@ class LocalContext:
     def __init__(self, model):
         self.model = model
         self.cache = model.new_cache()
-        self._rows: dict[int, np.ndarray] = {}  # position -> the scores a token at that position was chosen from
-        # positions whose row one token fed alone made (that token fed again on the same cache makes it again, bit
-        # for bit): only the last RECENT_ROWS of them keep their row, so a long text costs no row per token
-        self._refeedable: collections.deque[int] = collections.deque()
-        self._let_go: list[int] = []  # the positions whose row was dropped so, ascending (all below _refeedable's)
+        self._rows = KeptRows()  # the rows of scores kept by position (kept_rows.py: not one a token)
         self._texts = model.token_texts  # token id -> text, decoded once per model (shared by every StepMaker)
         self._maker = StepMaker(model.tokenizer, Settings(), self._texts)
         self._dry: dict[tuple[str, ...], object] = {}  # DRY's breakers per set of breaker strings
@@ -132,7 +127,7 @@ class LocalContext:
                 except ValueError:
                     self.cache.truncate(kept)
                     raise
-                self._rows[len(paths[-1])] = rows[-1]
+                self._rows.put(len(paths[-1]), rows[-1])
                 return list(rows)
         rows = []
         for path in paths:
@@ -159,7 +154,7 @@ class LocalContext:
             self.cache.truncate(fed)  # nothing of these tokens stays: the session does not take them
             raise
         for position, row in enumerate(rows[1:], start=len(ids) + 1):
-            self._rows[position] = row
+            self._rows.put(position, row)
         return steps
 
     def score(self, ids, settings) -> list[Step]:
@@ -195,7 +190,7 @@ class LocalContext:
         if len(token_ids) > 1:
             rows = self._forward(list(ids[fed:]) + list(token_ids[:-1]))  # row i: position fed + i + 1
             for position, row in enumerate(rows, start=fed + 1):
-                self._rows[position] = row
+                self._rows.put(position, row)
 
     def option_probabilities(self, ids, text, encoded, settings) -> list[tuple[float, float]]:
         maker = self._maker_for(settings)
@@ -234,12 +229,7 @@ class LocalContext:
         the row at `length` is not kept, the cache keeps one token less, so that the next step feeds that
         token and gets its row."""
         self.cache.truncate(self._cache_kept(length))
-        for position in [p for p in self._rows if p > length]:
-            del self._rows[position]
-        while self._refeedable and self._refeedable[-1] > length:
-            self._refeedable.pop()
-        while self._let_go and self._let_go[-1] > length:
-            self._let_go.pop()
+        self._rows.cut(length)
 
     def _cache_kept(self, length: int) -> int:
         """The cache positions truncate(length) keeps (one less where the row at `length` is not kept)."""
@@ -250,14 +240,13 @@ class LocalContext:
         """The context as truncate(length) leaves it, for a look from there that must leave the positions after
         as they were (many seeds from an earlier token): those are kept aside and put back after, bit for bit
         (recomputing them in another chunking would change the numbers of every later step)."""
-        rows, refeedable, let_go = dict(self._rows), collections.deque(self._refeedable), list(self._let_go)
-        kept = self.cache.keep_aside(self._cache_kept(length))
+        rows, kept = self._rows.copy(), self.cache.keep_aside(self._cache_kept(length))
         self.truncate(length)
         try:
             yield
         finally:
             self.cache.put_back(kept)
-            self._rows, self._refeedable, self._let_go = rows, refeedable, let_go
+            self._rows = rows
 
     def close_stream(self, steps):
         return steps  # nothing streams here
@@ -339,27 +328,16 @@ class LocalContext:
             row = self._rows.get(len(ids))
         if row is None:
             fed = list(ids[self.cache.length :])
-            row = self._rows[len(ids)] = self._forward(fed, last_only=True)[-1]
-            if len(fed) == 1:
-                self._let_go_before(len(ids))
+            row = self._forward(fed, last_only=True)[-1]
+            self._rows.put(len(ids), row, alone=len(fed) == 1)
         return row
-
-    def _let_go_before(self, position: int) -> None:
-        """The row at `position` came from one token fed alone: rows made so, older than the last RECENT_ROWS,
-        are dropped (a rewind to one feeds its token again, which makes the same row: _cache_kept)."""
-        self._refeedable.append(position)
-        while self._refeedable[0] <= position - RECENT_ROWS:
-            old = self._refeedable.popleft()
-            self._rows.pop(old, None)
-            self._let_go.append(old)
 
     def _make_again(self, ids) -> None:
         """Where the cache stands one short of a row that was let go (truncate to it), feed that token alone
         again, as it was first fed, before anything else: a pass of several tokens would give other numbers."""
-        if self._let_go and self._let_go[-1] == self.cache.length + 1 and len(ids) > self.cache.length:
-            position = self._let_go.pop()
-            self._rows[position] = self._forward([ids[position - 1]], last_only=True)[-1]
-            self._let_go_before(position)
+        position = self._rows.again_at(self.cache.length) if len(ids) > self.cache.length else None
+        if position is not None:
+            self._rows.put(position, self._forward([ids[position - 1]], last_only=True)[-1], alone=True)
 
     def _forward(self, token_ids, last_only=False) -> np.ndarray:
         """The model's scores after feeding token_ids; a failed or non-finite forward leaves the cache as
