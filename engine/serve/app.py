@@ -54,14 +54,16 @@ class BadRequest(Exception):
 
 
 def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | None = None,
-             api_key: str | None = None, send_seconds: float = SEND_SECONDS) -> FastAPI:  # fmt: skip
+             api_key: str | None = None, send_seconds: float = SEND_SECONDS, aliases=()) -> FastAPI:  # fmt: skip
     """The server for one model; rules: engine Rules every request runs with (before its own `steer`);
-    send_seconds: how long a stream's event may wait for its client to read before the request ends."""
+    send_seconds: how long a stream's event may wait for its client to read before the request ends; aliases:
+    more names a client may send as `model` (the command line's -m), beside the model's own (served_names)."""
 
     app = FastAPI(title="Token Playground", docs_url=None, redoc_url=None)
     app.add_middleware(Guard, api_key=api_key)  # the key before the body, on every path (guard.py)
     app.state.rules = tuple(rules)
-    served = model_id or model.name
+    names = served_names(model, model_id, aliases)
+    served = names[0]  # what the answers say
     lock = asyncio.Lock()
     created = int(time.time())
     watchers = Watchers()
@@ -74,6 +76,10 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
             return JSONResponse(error_body(f"the body is not JSON: {first.get('ctx', {}).get('error', '')}"), 400)
         field = [str(part) for part in first.get("loc", ()) if part != "body"][:1]  # not pydantic's union tags
         param = field[0] if field else None
+        if param == "steer" and first.get("type") == "extra_forbidden" and first["loc"][-1] in ("command", "tool"):
+            message = ("steer: a client's rules insert text or choose among options; commands are the server's to "
+                       "allow (its --rules file, with --allow-commands)")  # fmt: skip
+            return JSONResponse(error_body(message, "steer"), status_code=400)
         return JSONResponse(error_body(f"{param or 'body'}: {first.get('msg')}", param), status_code=400)
 
     @app.exception_handler(BadRequest)
@@ -87,8 +93,8 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
 
     @app.get("/v1/models")
     async def models():
-        return {"object": "list", "data": [{"id": served, "object": "model", "created": created,
-                                            "owned_by": "token-playground"}]}  # fmt: skip
+        return {"object": "list", "data": [{"id": name, "object": "model", "created": created,
+                                            "owned_by": "token-playground"} for name in names]}  # fmt: skip
 
     @app.get("/v1/playground/watch")
     async def watch():
@@ -98,7 +104,7 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
     @app.post("/v1/completions")
     async def completions(request: Request):
         body = await parsed_body(request, CompletionRequest)
-        checked_model(body, served)
+        checked_model(body, names)
 
         def prepare() -> Run:  # on a thread: decoding ids, tokenizing and checking take time with a big request
             prompt = guarded(lambda: body.prompt_text(model.tokenizer, model.vocab_size), "prompt")
@@ -109,7 +115,7 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
     @app.post("/v1/chat/completions")
     async def chat(request: Request):
         body = await parsed_body(request, ChatRequest)
-        checked_model(body, served)
+        checked_model(body, names)
         render = getattr(model.tokenizer, "messages_prompt", None)
         if render is None or not model.has_chat_template():
             raise BadRequest(f"{served} has no chat template: send the text as it is to /v1/completions", "messages")
@@ -312,14 +318,37 @@ def completion_logprobs(tokens: list[dict]) -> dict:
             "text_offset": [t["offset"] for t in tokens]}  # fmt: skip
 
 
-def checked_model(body, served: str) -> None:
-    """The request names the served model and asks for nothing this server does not serve (else a 400)."""
+def served_names(model, model_id: str | None, aliases=()) -> list[str]:
+    """The names a client may send as `model`, the one answers say first: --model-id (or the model's own name),
+    the model's own name, its short name (smollm2, story), and the aliases (what -m was given: a short name, a
+    path, whose file name and stem count too). Compared without regard to case."""
+    from engine.loading import SMOLLM2_FILE
+
+    names = [model_id or model.name, model.name]
+    if model.name.lower() == Path(SMOLLM2_FILE).stem.lower():
+        names.append("smollm2")
+    if model.name == "story model":
+        names += ["story", "story-model"]
+    for alias in aliases:
+        names += [str(alias), Path(str(alias)).name, Path(str(alias)).stem]
+    unique = []
+    for name in names:
+        if name and name.lower() not in (n.lower() for n in unique):
+            unique.append(name)
+    return unique
+
+
+def checked_model(body, names: list[str]) -> None:
+    """The request names the served model (any of its names) and asks for nothing this server does not serve
+    (else a 400)."""
     refused = body.unsupported()
     if refused is not None:
         raise BadRequest(refused[1], refused[0])
     asked = body.model
-    if asked != served:
-        raise BadRequest(f"model: this server serves {served!r}, not {asked!r} (GET /v1/models)", "model")
+    if asked.lower() not in (name.lower() for name in names):
+        said = ", ".join(repr(name) for name in names)
+        raise BadRequest(f"model: this server serves {names[0]!r} (also called {said}), not {asked!r} "
+                         "(GET /v1/models)", "model")  # fmt: skip
 
 
 def guarded(make, param: str | None = None, fields=()):

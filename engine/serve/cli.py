@@ -69,7 +69,9 @@ def server_app(args):
 
         rules = load_rules(args.rules, allow_commands=args.allow_commands)
     model = load_model(args.model, backend=args.backend, context_length=args.context, threads=args.threads)
-    return make_app(model, model_id=args.model_id, rules=rules, traces=args.traces, api_key=args.api_key)
+    aliases = () if args.model is None else (args.model,)
+    return make_app(model, model_id=args.model_id, rules=rules, traces=args.traces, api_key=args.api_key,
+                    aliases=aliases)  # fmt: skip
 
 
 def who_runs_what(args, commands: list[str]) -> str:
@@ -87,7 +89,8 @@ def main(argv=None) -> int:
     try:
         import uvicorn
     except ImportError:
-        print("error: serving needs the [serve] extra: pip install 'token-playground[serve]'", file=sys.stderr)
+        print('error: serving needs the [serve] extra: pip install ".[serve]" (from the repository\'s folder)',
+              file=sys.stderr)  # fmt: skip
         return 2
     try:
         app = server_app(args)
