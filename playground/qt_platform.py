@@ -2,7 +2,8 @@
 Qt prints a wall of text and aborts the process from inside QApplication(), so the app checks first and says
 in one line what to install.
 
-The check loads the plugin the way Qt would (dlopen of PySide6's own libqxcb.so, milliseconds): whatever
+With no DISPLAY at all, Qt's same message blames libxcb-cursor0 though it is installed: that is said as it is
+(no display) before anything is loaded. The check loads the plugin the way Qt would (dlopen of PySide6's own libqxcb.so, milliseconds): whatever
 library is missing, the loader names it (and ldd, asked only then, names every one: Qt's own message names
 libxcb-cursor0 whatever is missing). It runs only where Qt will pick xcb: QT_QPA_PLATFORM unset or xcb,
 outside a Wayland session, with Qt's default plugin folder (a person who points QT_PLUGIN_PATH or
@@ -17,6 +18,9 @@ import sys
 from pathlib import Path
 
 XCB_PLUGIN = "libqxcb.so"
+NO_DISPLAY = ("Token Playground cannot open its window: no display was found (DISPLAY is not set). On a machine "
+              "without a screen: xvfb-run token-playground, or QT_QPA_PLATFORM=offscreen (nothing shown); the "
+              "engine needs none: python -m engine --help")  # fmt: skip
 # dlerror(): "libxcb-cursor.so.0: cannot open shared object file: ...", or "/some/dir/libx.so.0: file too short"
 _LIBRARY = re.compile(r"^(?:\S*/)?([\w.+-]+\.so(?:\.\d+)*): ")
 
@@ -29,6 +33,8 @@ def xcb_problem(environ=None) -> str | None:
         return None
     if environ.get("QT_PLUGIN_PATH") or environ.get("QT_QPA_PLATFORM_PLUGIN_PATH"):
         return None
+    if not environ.get("DISPLAY"):  # Qt would blame the plugin's libraries though they are all there
+        return NO_DISPLAY
     plugin = _default_xcb_plugin()
     if plugin is None:
         return None  # a Qt without the plugin: Qt says which platforms it has

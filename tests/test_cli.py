@@ -38,10 +38,10 @@ def test_llama_cpp_short_flags_mean_the_long_ones(story_model, capsys):
 def test_the_prompt_is_given_exactly_once(capsys):
     assert main(["generate", "-n", "2"]) == 2
     assert capsys.readouterr() == ("", "error: no prompt: give the text to continue after 'generate', or with "
-                                       "-p/--prompt\n")  # fmt: skip
+                                       "-p/--prompt or -f/--file\n")  # fmt: skip
     assert main(["generate", PROMPT, "-p", PROMPT, "-n", "2"]) == 2
-    assert capsys.readouterr() == ("", "error: the prompt is given twice (after 'generate' and with -p/--prompt): "
-                                       "give one of them\n")  # fmt: skip
+    assert capsys.readouterr() == ("", "error: the prompt is given twice (after 'generate', -p/--prompt, "
+                                       "-f/--file): give one of them\n")  # fmt: skip
 
 
 class FlushRecorder(io.StringIO):
@@ -178,3 +178,43 @@ def story_model_sha() -> str:
     from engine.story.checkpoint import load_story_model
 
     return load_story_model().weights_sha256
+
+
+def test_llama_cpp_spellings_of_context_threads_file_and_n_predict(story_model, capsys, tmp_path):
+    """Issue 43, item 11: -c/--ctx-size, -t/--threads, -f/--file, --n-predict and -ngl are llama.cpp's; before,
+    they were refused, and `-ngl 0` was read as `-n gl`."""
+    story = str(engine.resources_dir())
+    assert main(["generate", "-m", story, "-p", PROMPT, "-n", "6", "-s", "4", "--temp", "1.2"]) == 0
+    expected = capsys.readouterr().out
+    prompt_file = tmp_path / "prompt.txt"
+    prompt_file.write_text(PROMPT, encoding="utf-8")
+    spelled = ["generate", "-m", story, "-f", str(prompt_file), "--n-predict", "6", "-s", "4", "--temp", "1.2",
+               "-ngl", "0"]  # fmt: skip
+    assert main(spelled) == 0 and capsys.readouterr().out == expected
+    parser = __import__("engine.__main__", fromlist=["build_parser"]).build_parser()
+    args = parser.parse_args(["generate", "x", "-c", "512", "-t", "1", "-ngl", "0", "--ctx-size", "256"])
+    assert (args.context, args.threads, args.gpu_layers, args.max_new_tokens) == (256, 1, 0, 60)
+
+
+def test_help_lists_what_a_person_runs_and_train_never_overwrites_the_shipped_model_by_default():
+    """Item 9: serve is listed; the developers' trace and train are not; train's --out is ./story-model."""
+    shown = cli("--help").stdout.decode()
+    assert "{generate,score,replay,serve}" in shown and "serve a model" in shown
+    assert "\n    trace " not in shown and "train" not in shown
+    args = __import__("engine.__main__", fromlist=["build_parser"]).build_parser().parse_args(["train"])
+    assert args.out == "story-model"
+
+
+def test_generate_writes_a_trace_that_replays_and_json_lines_a_reader_can_cut(tmp_path):
+    """Item 10: `generate --trace FILE` then `replay FILE` (before: `--json` output was refused, schema None);
+    `--jsonl` gives whole lines, so `| head -3` gives three objects."""
+    trace = tmp_path / "run.json"
+    assert cli("generate", PROMPT, "-n", "5", "--temp", "1.0", "-s", "3", "--trace", str(trace)).returncode == 0
+    replayed = cli("replay", str(trace))
+    assert replayed.returncode == 0 and b"identical" in replayed.stdout
+    lines = cli("generate", PROMPT, "-n", "5", "--jsonl").stdout.decode().splitlines()
+    steps = [json.loads(line) for line in lines]
+    assert len(steps) == 6 and all("token" in step for step in steps[:5]) and steps[-1]["stopped"]
+    head = subprocess.run(f"{sys.executable} -m engine generate {PROMPT!r} -n 20 --jsonl | head -3", shell=True,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert [json.loads(line)["source"] for line in head.stdout.splitlines()] == ["model"] * 3

@@ -43,6 +43,24 @@ def test_a_library_the_xcb_plugin_cannot_load_is_said_in_one_line(tmp_path):
     assert "qt.qpa" not in result.stderr and result.stdout == ""
 
 
+def test_no_display_is_said_as_it_is_in_one_line():
+    """Before: Qt's paragraph about libxcb-cursor0 (installed) and an abort (134)."""
+    env = {name: value for name, value in os.environ.items()
+           if name not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM", "XDG_SESSION_TYPE")}  # fmt: skip
+    result = subprocess.run([sys.executable, "-m", "playground"], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no display was found" in lines[0] and "QT_QPA_PLATFORM=offscreen" in lines[0]
+
+
+def test_help_is_printed_not_a_window_opened():
+    env = {name: value for name, value in os.environ.items() if name != "DISPLAY"}  # a window would fail here
+    result = subprocess.run([sys.executable, "-m", "playground", "--help"], env=env, capture_output=True, text=True,
+                            timeout=120)  # fmt: skip
+    assert result.returncode == 0 and result.stdout.startswith("usage: token-playground") and result.stderr == ""
+    assert "token-playground serve" in result.stdout
+
+
 def test_the_check_runs_only_where_qt_will_take_xcb():
     assert xcb_problem({"QT_QPA_PLATFORM": "offscreen"}) is None
     assert xcb_problem({"QT_QPA_PLATFORM": "wayland;xcb"}) is None

@@ -20,8 +20,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the story model (default), 'smollm2', 'gemma3', a .gguf file, a story-model checkpoint, "
                              "or an OpenAI-compatible server URL (then this is a steering proxy in front of it)")  # fmt: skip
     parser.add_argument("--backend", choices=("llama.cpp", "numpy"), default=None, help="what runs a .gguf file")
-    parser.add_argument("--context", type=int, default=None, metavar="N", help="a .gguf file's context size")
-    parser.add_argument("--threads", type=int, default=None, help="llama.cpp's CPU threads")
+    parser.add_argument("-c", "--context", "--ctx-size", type=int, default=None, metavar="N",
+                        help="a .gguf file's context size")  # fmt: skip
+    parser.add_argument("-t", "--threads", type=int, default=None, help="llama.cpp's CPU threads")
     parser.add_argument("--model-id", default=None, help="the name clients send as `model` (default: the model's own)")
     parser.add_argument("--host", default="127.0.0.1",
                         help="the address to listen on (default 127.0.0.1: this machine only; any other needs --api-key)")  # fmt: skip
