@@ -157,6 +157,19 @@ def token_point(view, index):
     return view.cursorRect(cursor).center()
 
 
+def test_a_click_on_blank_space_under_the_text_selects_no_token(qtbot, window):
+    """Issue 43, item 8: before, Qt's nearest position below the text (its end) selected the last token."""
+    generate(qtbot, window)
+    view = window.token_view
+    last = token_point(view, view.step_count() - 1)
+    below = last + type(last)(0, 3 * view.fontMetrics().height())
+    assert view.viewport().rect().contains(below)  # the view is taller than the story
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=below)
+    assert view.selected == -1
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=last)
+    assert view.selected == view.step_count() - 1
+
+
 def test_click_a_token_then_continue_from_here_branches(qtbot, window):
     generate(qtbot, window)
     view = window.token_view

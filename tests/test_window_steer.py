@@ -37,9 +37,10 @@ def test_a_direction_steers_the_next_token_and_is_saved(qtbot, window, tmp_path)
     qtbot.waitUntil(lambda: [(round(b, 6), round(a, 6)) for _, b, a in panel.shown()] == expected, timeout=WAIT)
     assert max(abs(b - a) for b, a in expected) > 0.02  # a person sees what the direction does
 
+    assert not panel.stop_button.isEnabled()  # nothing to stop yet (issue 43, item 8)
     panel.steer_button.click()
     qtbot.waitUntil(lambda: "Steering with strength +4.0" in panel.status.text(), timeout=WAIT)
-    assert window.session().vector_steering is not None
+    assert window.session().vector_steering is not None and panel.stop_button.isEnabled()
     assert window.session().actions[-1]["kind"] == "vector"
     # the Inside tab reads the stream under the direction: its lens ends with the steered next token's distribution
     with qtbot.waitSignal(window.controller.inside.shown, timeout=WAIT) as done:
@@ -58,7 +59,7 @@ def test_a_direction_steers_the_next_token_and_is_saved(qtbot, window, tmp_path)
 
     panel.stop_button.click()
     qtbot.waitUntil(lambda: panel.status.text().startswith("Not steering"), timeout=WAIT)
-    assert window.session().vector_steering is None
+    assert window.session().vector_steering is None and not panel.stop_button.isEnabled()
 
 
 def test_bad_prompts_say_what_was_wrong(qtbot, window):

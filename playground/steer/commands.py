@@ -16,14 +16,14 @@ class SteerCommands(WorkerCommands):
     name = "steer"
     directionReady = Signal(object)  # (the SteeringVector or None, what to say)
     previewReady = Signal(object)  # (tokens, before, after): the next token's likeliest after steering
-    steered = Signal(str)  # what the session's steering is now, in words
+    steered = Signal(str, bool)  # what the session's steering is now, in words; whether some is in force
 
     def __init__(self, host):
         super().__init__(host)
         self.vector = None  # the direction made or loaded last
 
     def session_changed(self, session) -> None:
-        self.steered.emit(_steering_text(session))
+        self.steered.emit(_steering_text(session), _steered(session))
 
     @Slot(object, object)
     def make_direction(self, positive, negative) -> None:
@@ -72,7 +72,11 @@ class SteerCommands(WorkerCommands):
         if self.vector is None:
             return
         if self.host.command(lambda session: session.steer_vector(self.vector, layers, strength), emit=True):
-            self.steered.emit(_steering_text(self.host.session))
+            self.steered.emit(_steering_text(self.host.session), _steered(self.host.session))
+
+
+def _steered(session) -> bool:
+    return session is not None and session.vector_steering is not None
 
 
 def _steering_text(session) -> str:

@@ -74,6 +74,7 @@ class SteerPanel(QWidget):
         self.steer_button.clicked.connect(lambda: self.steerRequested.emit(self.layers(), self.strength_value()))
         self.stop_button = QPushButton("Stop steering", objectName="steerStop")
         self.stop_button.clicked.connect(lambda: self.steerRequested.emit(self.layers(), 0.0))
+        self.stop_button.setEnabled(False)  # enabled while some steering is in force (show_steering)
         self.save_button = QPushButton("Save...", objectName="steerSave")
         self.save_button.setToolTip("save the direction as a llama.cpp control vector (llama-cli --control-vector)")
         self.save_button.clicked.connect(self.saveRequested)
@@ -174,15 +175,17 @@ class SteerPanel(QWidget):
     def show_direction(self, layers: int | None, text: str) -> None:
         """A direction was made or loaded (layers: its row count) or there is none (None)."""
         self._has_direction = layers is not None
-        for widget in (self.steer_button, self.stop_button, self.save_button, self.strength):
+        for widget in (self.steer_button, self.save_button, self.strength):
             widget.setEnabled(self._has_direction)
         self.status.setText(text)
         if not self._has_direction:
             self.show_preview([], [], [])
         self._ask_preview()
 
-    def show_steering(self, text: str) -> None:
+    def show_steering(self, text: str, active: bool = False) -> None:
+        """The session's steering in words; Stop steering is enabled only while some is in force."""
         self.status.setText(text)
+        self.stop_button.setEnabled(active)
 
     def show_preview(self, tokens: list[str], before: list[float], after: list[float]) -> None:
         """The next token's likeliest (after steering) with their probabilities before and after."""

@@ -272,8 +272,13 @@ class TokenView(QPlainTextEdit):
         return self._selected
 
     def step_at(self, point) -> int:
-        """The index of the step under a viewport point, or -1."""
-        position = self.cursorForPosition(point).position()
+        """The index of the step under a viewport point, or -1 (blank space below the text is no step: Qt's
+        nearest position there is the text's end)."""
+        cursor = self.cursorForPosition(point)
+        line = self.cursorRect(cursor)
+        if not line.top() <= point.y() <= line.bottom():
+            return -1
+        position = cursor.position()
         index = bisect.bisect_right(self._starts, position) - 1
         if index < 0:
             return -1
