@@ -145,8 +145,14 @@ def _force(window) -> None:
 
 
 def _expand(window) -> None:
-    bring_forward(window.tree_panel)
-    window.tree_panel.controls.expand_button.click()
+    """Go > Expand the tree here: "here" is the token selected in the text (its node), else what the Tree's Expand
+    button takes (its selected row, or the text's end)."""
+    panel, selected = window.tree_panel, window.token_view.selected
+    bring_forward(panel)
+    if 0 <= selected < len(panel.path):
+        panel.expandRequested.emit(panel.path[selected], panel.controls.expand_params())
+        return
+    panel.controls.expand_button.click()
 
 
 def shortcut_rows(window) -> list[tuple[str, str, str]]:

@@ -168,6 +168,25 @@ def test_expanding_a_finished_story_and_a_refused_expansion_that_moves_nothing(q
     assert window.token_view.whole_text() == text and child(window, QPushButton, "expandButton").isEnabled()
 
 
+def test_expand_the_tree_here_starts_at_the_token_selected_in_the_text(qtbot, window):
+    """Issue 43, item 7: Go > Expand the tree here (Ctrl+E) took the Tree's own selection and said "Expanded: 0 new
+    nodes" at the text's end; "here" is the token selected in the text."""
+    from test_window import token_point
+
+    type_prompt(qtbot, window, "mia has a red ball.")
+    generate(qtbot, window)
+    session, view = window.session(), window.token_view
+    here = 3
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=token_point(view, here))
+    assert view.selected == here
+    child(window, QCheckBox, "expandRaw").setChecked(True)  # the model's own top 3, not greedy's one
+    child(window, QSpinBox, "expandDepth").setValue(2)
+    with qtbot.waitSignal(window.controller.branches.expanded, timeout=WAIT) as done:
+        window.findChild(QAction, "expandAction").trigger()
+    result = done.args[0]
+    assert result.new > 0 and session.tree.nodes[result.nodes[0]].parent == session.path[here]
+
+
 def press_undo(qtbot, widget):
     widget.setFocus()
     qtbot.keyClick(widget, Qt.Key.Key_Z, Qt.KeyboardModifier.ControlModifier)
