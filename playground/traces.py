@@ -63,12 +63,14 @@ class Traces(QObject):
         self.viewed = trace
         steps = [engine.Step.from_dict(s) for s in trace["steps"]]
         window.controls.prompt.setPlainText(trace["prompt"])
-        not_shown = window.controls.set_settings(trace["settings"])
+        # the settings in force at the end of the branch shown (a trace before issue 43 has its starting ones only)
+        not_shown = window.controls.set_settings(trace.get("settings_at_end", trace["settings"]))
         if trace["model"]["weights_sha256"] != host.model.weights_sha256:
             host.feed.use_token_bytes(None)  # its ids are another tokenizer's
         window.token_view.show_session(trace.get("prompt_text", trace["prompt"]), steps)  # less what healing cut
         host.comparing.text_changed()
-        window.chart.clear("Trace: click a token to see its distribution")
+        window.chart.clear("Trace: click a token to see its distribution",
+                           "Click a token in the text:\nthe distribution it was drawn from\nappears here.")  # fmt: skip
         window.stop_reason.setText(f"Trace stopped: {stop_text(trace['stopped'])}")
         window.replay_action.setEnabled(True)
         status = f"Viewing a trace of {len(steps)} steps recorded with {trace['model']['name']}. Replay checks it against the model."

@@ -273,6 +273,25 @@ def test_remembered_settings_keep_what_the_engine_takes(qtbot, story_model, tmp_
     win.close()
 
 
+def test_an_opened_trace_shows_the_settings_its_last_steps_were_drawn_with(qtbot, window, tmp_path):
+    """Issue 43, item 4: before, the controls showed the trace's starting settings (T 0) though the branch shown
+    was drawn at T 1.00; and the chart's hint said "Press Step" under a title that said "click a token"."""
+    window.controls.temperature.setValue(0.0)
+    step(qtbot, window)
+    window.controls.temperature.setValue(1.0)
+    window.controls.seed.setValue(5)
+    generate(qtbot, window)
+    path = tmp_path / "run.json"
+    window.export_trace(path)
+    assert json.loads(path.read_text())["settings"]["temperature"] == 0.0
+    window.controls.temperature.setValue(0.3)
+    window.open_trace(path)
+    assert window.controls.settings()["temperature"] == 1.0 and window.controls.seed.value() == 5
+    window.chart.flush()
+    assert window.chart.title.text().startswith("Trace: click a token")
+    assert window.chart.empty_hint.textItem.toPlainText().startswith("Click a token in the text")
+
+
 def test_opening_a_trace_shows_its_sampler_settings(qtbot, window, tmp_path):
     spin(window, "presence_penalty").setValue(0.5)
     spin(window, "dry_multiplier").setValue(0.8)
@@ -289,8 +308,8 @@ def test_opening_a_trace_shows_its_sampler_settings(qtbot, window, tmp_path):
     assert "cannot show" not in window.message_label.text()
 
     trace = json.loads(path.read_text())
-    trace["settings"].update(presence_penalty=0.125, repeat_penalty=500.0, samplers=["temperature", "top_k", "top_p",
-                             "min_p", "penalties", "dry", "logit_bias"])  # fmt: skip
+    trace["settings_at_end"].update(presence_penalty=0.125, repeat_penalty=500.0, samplers=[
+        "temperature", "top_k", "top_p", "min_p", "penalties", "dry", "logit_bias"])  # fmt: skip
     path.write_text(json.dumps(trace))
     window.open_trace(path)
     status = window.message_label.text()

@@ -8,7 +8,7 @@ same.
 
     {"schema": "token-playground/trace/5", "engine_version", "created_utc",
      "model": {"name", "weights_sha256"}, "prompt", "prompt_text", "prompt_token_ids", "settings": {... "seed"},
-     "rules": [described], "actions": [...], "steps": [Step.to_dict()...], "tree": {"nodes": [...]},
+     "settings_at_end" (optional: in force after the last step), "rules": [described], "actions": [...], "steps": [Step.to_dict()...], "tree": {"nodes": [...]},
      "tree_size", "path": [the node of each step], "text", "stopped", "events"}
 
 "tree" holds every branch the session took (engine/core/tree.py): nodes with an id and a parent id, each with
@@ -74,6 +74,7 @@ def session_trace(session, branches: str = "all", record=None) -> dict:
         "prompt_text": session.prompt_text,  # the prompt less the end token healing cut (the steps spell it)
         "prompt_token_ids": list(session.prompt_ids),
         "settings": session.initial_settings.to_dict(),
+        "settings_at_end": session.settings.to_dict(),  # in force after the last step (what a viewer shows)
         "rules": [rule.describe() for rule in session.initial_rules],
         "actions": json.loads(json.dumps(session.actions)),  # a deep copy of plain data
         "steps": [record(step) for step in session.steps],
@@ -146,10 +147,11 @@ def validate_trace(trace) -> None:
                          f"{len(trace['prompt_token_ids']):,} tokens: more than {MAX_TOKEN_CHARS} a token")  # fmt: skip
     if len(trace["text"]) > len(trace["prompt"]) + MAX_TOKEN_CHARS * len(trace["steps"]):
         raise ValueError(f"trace field 'text' holds more than {MAX_TOKEN_CHARS} characters a step beyond its prompt")
-    try:
-        Settings(**trace["settings"])
-    except (TypeError, ValueError) as error:
-        raise ValueError(f"trace field 'settings': {error}") from None
+    for name in ("settings", "settings_at_end") if "settings_at_end" in trace else ("settings",):
+        try:
+            Settings(**trace[name])
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"trace field {name!r}: {error}") from None
     _check_rules("trace field 'rules'", trace["rules"])
     for index, action in enumerate(trace["actions"]):
         _check_action(index, action)

@@ -126,7 +126,9 @@ class DistributionChart(QWidget):
         self._labels = tuple(labels) if labels is not None else None
         self._mark_dirty()  # the title too: QLabel.setText re-lays out the window, too dear per step
 
-    def clear(self, title: str = "Next-token distribution") -> None:
+    def clear(self, title: str = "Next-token distribution", hint: str = EMPTY_HINT) -> None:
+        """No bars: the title, and the hint in their place (what to do to see some)."""
+        self.empty_hint.setText(hint)
         self.show_candidates(None, None, title)
 
     def stage(self) -> str:
