@@ -67,3 +67,21 @@ def test_bad_prompts_say_what_was_wrong(qtbot, window):
         window.steer_panel.make_button.click()  # both lists empty
     assert "could not make the direction" in blocker.args[0]
     assert not window.steer_panel.steer_button.isEnabled()
+
+
+def test_no_control_or_sentence_is_cut_at_1024_by_700(qtbot, window):
+    """Issue 43, item 5: the Steer tab's status text was cut top and bottom in a short dock; the column scrolls
+    now, each line at its whole height, every button its whole width."""
+    from PySide6.QtWidgets import QScrollArea
+
+    window.resize(1024, 700)
+    window.docks.by_name["steerDock"].raise_()
+    panel = window.steer_panel
+    make_direction(qtbot, window, ["mia has a red ball.", "ben has a red cup."],
+                   ["mia has a blue ball.", "ben has a blue cup."])  # fmt: skip
+    qtbot.wait(50)  # the layout settles
+    status = panel.status
+    assert status.height() >= status.heightForWidth(status.width()) and "made from 2 + 2 texts" in status.text()
+    scroll = panel.findChild(QScrollArea, "steerControlsScroll")
+    for button in (panel.make_button, panel.steer_button, panel.stop_button):
+        assert button.geometry().right() <= scroll.viewport().width()  # not clipped on the right

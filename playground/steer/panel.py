@@ -10,10 +10,12 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (
     QComboBox,
+    QFrame,
     QHBoxLayout,
     QLabel,
     QPlainTextEdit,
     QPushButton,
+    QScrollArea,
     QSlider,
     QSpinBox,
     QVBoxLayout,
@@ -114,8 +116,14 @@ class SteerPanel(QWidget):
         column.addLayout(_row(self.steer_button, self.stop_button, None))
         column.addWidget(self.status)
         column.addStretch(1)
+        controls = QWidget(objectName="steerControls")
+        controls.setLayout(column)
+        scroll = QScrollArea(objectName="steerControlsScroll", widgetResizable=True, frameShape=QFrame.Shape.NoFrame)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll.setWidget(controls)  # a short dock scrolls the column: no control or sentence is cut
+        scroll.setMinimumWidth(controls.minimumSizeHint().width() + scroll.verticalScrollBar().sizeHint().width())
         row = QHBoxLayout(self)
-        row.addLayout(column, 1)
+        row.addWidget(scroll, 1)
         row.addWidget(self.chart, 1)
 
     def apply_palette(self) -> None:
