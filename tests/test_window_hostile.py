@@ -11,12 +11,14 @@ from playground import MainWindow
 
 
 def exported(qtbot, win, path, **settings):
-    """A real trace of two steps, its starting settings replaced (all of them valid for the engine)."""
+    """A real trace of two steps, its settings (at its start and at its end: the step ran under them) replaced (all
+    of them valid for the engine)."""
     for _ in range(2):
         step(qtbot, win)
     win.export_trace(path)
     trace = json.loads(path.read_text())
-    trace["settings"].update(settings)
+    for key in ("settings", "settings_at_end"):
+        trace[key].update(settings)
     path.write_text(json.dumps(trace))
     return trace
 
