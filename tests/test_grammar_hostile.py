@@ -207,7 +207,7 @@ SHAPES = textwrap.dedent("""
         _apply(llama, sampler, data)
         return np.flatnonzero(np.isfinite(data["logit"]))
 
-    @settings(max_examples=int(sys.argv[1]), deadline=None, database=None,
+    @settings(max_examples=int(sys.argv[1]), deadline=None, database=None, derandomize=True,
               suppress_health_check=list(HealthCheck))
     @given(grammars)
     def shapes(grammar):
