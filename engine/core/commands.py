@@ -41,12 +41,15 @@ class CommandTool:
     program becomes readable text such as "[command timed out after 10 s]", never an exception. With
     `on_exit`, the exit status picks the text instead: {0: " passed"} plus `otherwise=" failed"`.
 
-    The program runs in a process group of its own, ended as soon as the program exits or times out, so
-    nothing it started in the background outlives the call. Output is read as it comes and kept only up
-    to max_output characters (the rest is read and dropped), so a runaway program costs no memory."""
+    The program runs confined (confine.py: on Linux a read-only filesystem but for an empty folder of its own, no
+    network; `limits` on CPU, memory, file size, open files and processes everywhere POSIX), in a process group
+    of its own, ended as soon as the program exits or times out, so nothing it started in the background
+    outlives the call. Output is read as it comes and kept only up to max_output characters (the rest is read
+    and dropped), so a runaway program costs no memory. A call's client_spans reach the program as CLIENT_TEXT."""
 
     _running: set = set()  # live processes, for end_all() when the app closes
     _lock = threading.Lock()
+    marks_client_text = True  # rule_plan passes the client's ranges (client_spans)
 
     def __init__(self, argv, timeout=10.0, max_output=4096, on_exit=None, otherwise=None, name=None, limits=None):
         if (
@@ -72,8 +75,6 @@ class CommandTool:
         self.otherwise = otherwise
         self.name = name or "command: " + " ".join(self.argv)
         self.limits = checked_limits(limits)
-
-    marks_client_text = True  # rule_plan passes the client's ranges (client_spans)
 
     def __call__(self, text_so_far: str, client_spans=()) -> str:
         """The program's text for the text so far; client_spans: [(start, end)] ranges of it a client wrote."""
