@@ -360,3 +360,27 @@ def test_steering_that_makes_the_scores_non_finite_is_blamed(model, happy):
         ),
     ):
         context.distributions(model.tokenizer.encode(PROMPT), engine.Settings())
+
+
+def test_each_step_keeps_the_steering_it_was_drawn_under_across_rewinds_and_branches(smollm2, happy):
+    """Session.steering_at(i) (issue 43, item 1): the tables step i was read under, whatever is in force now; a
+    rewind drops them with the steps, a goto brings a branch's back, and its Inside numbers are the step's."""
+    session = engine.Session(smollm2, PROMPT, max_new_tokens=8)
+    session.step()
+    session.steer_vector(happy, [LAYER], 8.0)
+    table = session.residual_table
+    session.step(), session.step()
+    session.steer_vector(happy, [LAYER], 0.0)
+    assert session.steering_at(0) == (None, None) and session.steering_at(3) == (None, None)  # the next: none now
+    assert session.steering_at(1)[1] is table and session.steering_at(2)[1] is table
+    steered_branch = session.path[-1]
+    view = engine.inside_view(smollm2, session.ids[:-1], residual_add=session.steering_at(2)[1])
+    assert view.probs[-1][session.steps[2].token_id] == pytest.approx(session.steps[2].model_probability, abs=1e-5)
+    session.rewind(2)
+    session.step()  # read as trained this time
+    assert session.steering_at(1) == (None, None)
+    session.goto(steered_branch)
+    assert session.steering_at(1)[1] is table and session.steering_at(2)[1] is table
+    for bad in (-1, 4, True, "1"):
+        with pytest.raises(ValueError, match="a step index is an int from 0 to 3"):
+            session.steering_at(bad)

@@ -62,7 +62,7 @@ def steered(qtbot, win, scales):
     """Steer these heads as the Inside panel's buttons do; the tab then shows the steered numbers."""
     now = tuple(sorted(scales))  # (layer, head) order, as the session keeps them
     with qtbot.waitSignal(
-        win.controller.inside.shown, timeout=LOAD_WAIT, check_params_cb=lambda shown: shown.key[0] == now
+        win.controller.inside.shown, timeout=LOAD_WAIT, check_params_cb=lambda shown: shown.key[0][0] == now
     ) as done:
         win.inside_panel.headsSteered.emit(list(scales))
     return done.args[0]

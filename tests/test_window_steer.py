@@ -2,7 +2,9 @@
 before and after it, steers the session with it and saves it, in the real window on the story model (offscreen)."""
 
 import numpy as np
+import pytest
 from test_window import generate, type_prompt
+from test_window_inside import select
 
 import engine
 
@@ -85,3 +87,43 @@ def test_no_control_or_sentence_is_cut_at_1024_by_700(qtbot, window):
     scroll = panel.findChild(QScrollArea, "steerControlsScroll")
     for button in (panel.make_button, panel.steer_button, panel.stop_button):
         assert button.geometry().right() <= scroll.viewport().width()  # not clipped on the right
+
+
+def test_the_inside_tab_reads_a_step_as_it_was_drawn(qtbot, window):
+    """Issue 43, item 1: steer at +8, Generate, Stop steering, select a step: Inside's last row is the distribution
+    the step was drawn from (the chart's numbers), and its title says it was read through the steering then."""
+    panel = window.steer_panel
+    window.docks.by_name["steerDock"].raise_()
+    type_prompt(qtbot, window, "mia has a red ball. ben goes to the park. ben has")
+    window.controls.max_tokens.setValue(1)
+    generate(qtbot, window)
+    make_direction(qtbot, window, ["mia has a red ball.", "ben has a red cup."],
+                   ["mia has a blue ball.", "ben has a blue cup."])  # fmt: skip
+    panel.strength.setValue(80)  # +8.0
+    panel.steer_button.click()
+    qtbot.waitUntil(lambda: "Steering with strength +8.0" in panel.status.text(), timeout=WAIT)
+    window.controls.max_tokens.setValue(8)
+    generate(qtbot, window)
+    panel.stop_button.click()
+    qtbot.waitUntil(lambda: panel.status.text().startswith("Not steering"), timeout=WAIT)
+    session = window.session()
+    assert session.vector_steering is None and len(session.steps) == 9
+
+    window.show_panel(window.inside_panel)
+    for index in (1, 5):  # drawn under the direction
+        step = session.steps[index]
+        with qtbot.waitSignal(window.controller.inside.shown, timeout=WAIT,
+                              check_params_cb=lambda shown, at=index: shown.key[1] == at) as done:  # fmt: skip
+            select(window, index)
+        shown = done.args[0]
+        assert shown.view.probs[-1][step.token_id] == pytest.approx(step.model_probability, abs=1e-5)
+        assert "read through the steering vector in force when it was drawn" in shown.title
+        plain = engine.inside_view(window.model, session.ids[: len(session.prompt_ids) + index])
+        assert abs(plain.probs[-1][step.token_id] - step.model_probability) > 0.01  # the steering did change it
+    with qtbot.waitSignal(window.controller.inside.shown, timeout=WAIT,
+                          check_params_cb=lambda shown: shown.key[1] == 0) as done:  # fmt: skip
+        select(window, 0)  # drawn before the steering began: read as trained, and said so by saying nothing
+    assert "read through" not in done.args[0].title
+    assert done.args[0].view.probs[-1][session.steps[0].token_id] == pytest.approx(
+        session.steps[0].model_probability, abs=1e-5
+    )

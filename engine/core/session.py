@@ -58,6 +58,7 @@ class Session(TreeCommands, Steering):
         # per step, for rewinding: the text's length and the number of random draws used before it
         self._text_lengths: list[int] = []
         self._draws_before: list[int] = []
+        self._read_under: list[tuple] = []  # and the steering it was read under (Node.steering)
         self._rng = random.Random(self.settings.seed)
         self._draws = 0  # random draws taken by the steps so far
         self._forced: int | None = None  # force_token's token, taken by the next step
@@ -272,6 +273,7 @@ class Session(TreeCommands, Steering):
         draws = self._draws_before[keep]
         self._healing = self._healing_before[keep]
         del self.steps[keep:], self._text_lengths[keep:], self._draws_before[keep:], self._healing_before[keep:]
+        del self._read_under[keep:]
         del self.path[keep:]
         del self.ids[len(self.prompt_ids) + keep :]
         self._context.truncate(len(self.ids))
@@ -311,6 +313,7 @@ class Session(TreeCommands, Steering):
             if healing_before is not None:
                 self._healing = self._healer().advance(healing_before, step.token_id)
             after = draws + (step.draw is not None) + (step.xtc_draw is not None)
+            steering = (self.head_table, self.residual_table)
             node = self.tree.add(
                 self.path[-1] if self.path else 0,
                 step,
@@ -319,12 +322,13 @@ class Session(TreeCommands, Steering):
                 healing_before=healing_before,
                 healing_after=self._healing,
                 epoch=self._epochs[-1],
+                steering=steering,
             )
-            self._push(step, node, draws, healing_before)
+            self._push(step, node, draws, healing_before, steering)
             draws = after
         return steps
 
-    def _push(self, step: Step, node: int, draws_before: int, healing_before: bytes | None) -> None:
+    def _push(self, step: Step, node: int, draws_before: int, healing_before: bytes | None, steering: tuple) -> None:
         """One step onto the text, with what a rewind to before it needs (shared by _append and goto)."""
         self.steps.append(step)
         self.path.append(node)
@@ -332,6 +336,7 @@ class Session(TreeCommands, Steering):
         self._text_lengths.append(len(self.text))
         self._draws_before.append(draws_before)
         self._healing_before.append(healing_before)
+        self._read_under.append(steering)
         self.ids.append(step.token_id)
         self.text += step.token
 

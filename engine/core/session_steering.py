@@ -62,6 +62,15 @@ class Steering:
         self.vector_steering, self.residual_table = now, table
         return now
 
+    def steering_at(self, index) -> tuple:
+        """(head_table, residual_table) the step at this index was read under (None: as trained), the steering
+        in force now for index len(steps) (the next token): the Inside tab reads a step as it was drawn."""
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index <= len(self.steps):
+            raise ValueError(f"a step index is an int from 0 to {len(self.steps)} (the next token), not {index!r:.40}")
+        if index == len(self.steps):
+            return self.head_table, self.residual_table
+        return self._read_under[index]
+
     def force_token(self, token_id) -> None:
         """The next step takes this token, whatever its probability (replacing an earlier force)."""
         checked_token_id(token_id, self.model.vocab_size)

@@ -21,7 +21,8 @@ class TreeCommands:
         start = self.path[-1] if self.path else 0
         expansion = self.check_expansion(start, {}, top_k, coverage, depth, budget, raw)
         self.interrupt()
-        state = {"draws_before": self._draws, "draws_after": self._draws, "epoch": self._epochs[-1]}
+        state = {"draws_before": self._draws, "draws_after": self._draws, "epoch": self._epochs[-1],
+                 "steering": (self.head_table, self.residual_table)}  # fmt: skip
 
         advance = self._healer().advance
 
@@ -101,7 +102,7 @@ class TreeCommands:
         for node in nodes:
             if node.epoch is not self._epochs[-1]:
                 self._epochs.append(node.epoch)
-            self._push(node.step, node.id, node.draws_before, node.healing_before)
+            self._push(node.step, node.id, node.draws_before, node.healing_before, node.steering)
         self._healing = nodes[-1].healing_after
         self._enter_epoch(self._epochs[-1], nodes[-1].draws_after)
         self._returned = len(self.steps)

@@ -38,6 +38,7 @@ class Node:
     healing_before: bytes | None = None  # token healing's bytes still to spell, before and after it
     healing_after: bytes | None = None
     epoch: object = None  # the session's settings epoch the step was taken under
+    steering: tuple = (None, None)  # the (head_table, residual_table) the step was read under (None: as trained)
 
 
 @dataclass(frozen=True)

@@ -33,17 +33,17 @@ class InsideCommands(WorkerCommands):
             return  # the text changes: the GUI asks again for what it shows
         ids = session.ids[: len(session.prompt_ids) + index] if index >= 0 else session.ids
         chosen = session.steps[index] if index >= 0 else None
+        heads, additions = session.steering_at(index if index >= 0 else len(session.steps))  # as it was drawn
         try:
-            view = engine.inside_view(
-                host.model, ids, head_scales=session.head_table, residual_add=session.residual_table
-            )
+            view = engine.inside_view(host.model, ids, head_scales=heads, residual_add=additions)
         except ValueError as error:
             host.failed.emit(f"could not look inside the model: {error}")
             return
         text_of = host.model.tokenizer.decode
         where = f"Step {index + 1}, {chosen.token!r}" if chosen is not None else "The next token"
         self.insideReady.emit(InsideShown(
-            key=request["key"], view=view, title=f"{where}: what each layer would predict, and where each head looks",
+            key=request["key"], view=view, title=f"{where}: what each layer would predict, and where each head looks"
+            + read_under(heads, additions, chosen is not None),
             position_tokens=[text_of([i]) for i in ids],
             grid_tokens=[[text_of([int(i)]) for i in row] for row in view.grid_top],
             chosen_id=None if chosen is None else chosen.token_id, chosen_text=None if chosen is None else chosen.token,
@@ -56,3 +56,14 @@ class InsideCommands(WorkerCommands):
         follows."""
         if self.host.command(lambda session: session.steer_heads(scales), emit=True):
             self.headsSteered.emit(self.host.session.head_scales)
+
+
+def read_under(heads, additions, drawn: bool) -> str:
+    """What the title adds where the numbers are read through a steered model: for a step, the steering in force
+    when it was drawn (its chart's numbers, whatever is in force now); for the next token, the steering now."""
+    steering = [words for table, words in ((additions, "the steering vector"), (heads, "the scaled heads"))
+                if table is not None]  # fmt: skip
+    if not steering:
+        return ""
+    when = "in force when it was drawn (as the chart shows it)" if drawn else "in force now"
+    return f" (read through {' and '.join(steering)} {when})"

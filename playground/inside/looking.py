@@ -43,6 +43,7 @@ class LookingInside(QObject):
         self.current: InsideShown | None = None
         self._asked: tuple | None = None
         self.scales: tuple = ()  # the session's steered heads, as the worker last said
+        self.vector = ""  # the session's steering vector, in words, as the worker last said (the next token's)
         self.lookRequested.connect(commands.look_inside)
         commands.insideReady.connect(self._on_ready)
         window.docks.dock(self.panel).visibilityChanged.connect(lambda _shown: self.refresh())
@@ -52,6 +53,7 @@ class LookingInside(QObject):
         self.banner.restoreClicked.connect(lambda: self.steer([]))
         self.steerRequested.connect(commands.steer_heads)
         commands.headsSteered.connect(self._on_steered)
+        host.worker.steer.steered.connect(self._on_vector)
         host.idle.connect(self.refresh)
         host.modelChanged.connect(self.model_changed)
         self.panel.show_waiting(EMPTY)
@@ -67,10 +69,11 @@ class LookingInside(QObject):
             self.panel.show_unavailable(text + (SERVER if served else LOCAL))
 
     def _key(self) -> tuple:
-        """What the tab's numbers depend on: the heads steered, the position selected, and the text (its step count
-        and the view's revision: comparing the text itself would cost a join of it on every frame of a run)."""
+        """What the tab's numbers depend on: the steering now (the next token's), the position selected, and the text
+        (its step count and the view's revision: comparing the text itself would cost a join of it on every frame
+        of a run). A step's numbers are read under the steering it was drawn under, whatever is in force now."""
         view = self.window.token_view
-        return (self.scales, view.selected, view.step_count(), view.revision)
+        return ((self.scales, self.vector), view.selected, view.step_count(), view.revision)
 
     def _forget(self, text: str) -> None:
         """Clear the tab (text instead of numbers); a lens layer drawn in the chart gives way to the step."""
@@ -123,6 +126,14 @@ class LookingInside(QObject):
             return
         self._show_scales(scales)
         if self.current is not None or self._asked is not None:  # those numbers were read through other heads
+            self._forget(SELECT)
+        self.refresh()
+
+    def _on_vector(self, words: str, _steering: bool) -> None:
+        if words == self.vector:
+            return
+        self.vector = words
+        if self.current is not None or self._asked is not None:
             self._forget(SELECT)
         self.refresh()
 
