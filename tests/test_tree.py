@@ -5,6 +5,7 @@ with a dangling parent or a cycle is refused by load_trace, naming the node; sch
 
 import json
 
+import numpy as np
 import pytest
 
 import engine
@@ -193,4 +194,35 @@ def test_an_inserted_step_shows_the_models_probability(story_model):
     assert forced.source == "forced" and forced.probability == 0.0 < forced.model_probability
     view = session.tree.view(session.path[-1])
     assert view.probability == forced.model_probability and view.source == "forced"
-    assert session.tree.view(session.path[0]).probability == session.steps[0].probability  # a drawn step: as drawn
+    drawn = session.tree.view(session.path[0])  # the model's own too, and the chain's beside it
+    assert drawn.probability == session.steps[0].model_probability and drawn.drawn == session.steps[0].probability
+    assert view.drawn is None  # a forced step was not drawn
+
+
+def test_siblings_show_one_measure_whoever_chose_them_and_under_any_settings(story_model):
+    """Issue 43, item 2: greedy's 1.00 stood beside temperature-1 probabilities and a forced sibling's model p:
+    every node's number is the model's own probability (temperature 1, before any sampler); the chain's, where it
+    drew the step, is apart (NodeView.drawn)."""
+    session = engine.Session(story_model, "mia has a red ball. ben goes to the", temperature=0.0)
+    session.step()  # park, barn, garden, mall: 0.29, 0.25, 0.24, 0.22
+    greedy = session.path[0]
+    session.rewind(1)
+    for seed in range(200):  # a sibling drawn at temperature 1 (a rewind rewinds the draws: another seed each)
+        session.update_settings(temperature=1.0, seed=seed)
+        session.step()
+        if session.path[0] != greedy:
+            break
+        session.rewind(1)
+    sampled = session.path[0]
+    session.rewind(1)
+    raw = session._context.distributions(session.ids, session.settings).raw
+    forced_id = next(i for i in np.argsort(raw)[::-1] if session.tree.nodes[greedy].step.token_id != i
+                     and session.tree.nodes[sampled].step.token_id != i)  # fmt: skip
+    session.force_token(int(forced_id))
+    session.step()
+    siblings = [session.tree.view(n) for n in (greedy, sampled, session.path[0])]
+    assert sampled != greedy and [v.source for v in siblings] == ["model", "model", "forced"]
+    for view in siblings:
+        assert view.probability == pytest.approx(float(raw[session.tree.nodes[view.id].step.token_id]), abs=1e-6)
+    assert siblings[0].drawn == 1.0 and siblings[1].drawn == pytest.approx(siblings[1].probability, abs=1e-6)
+    assert siblings[2].drawn is None

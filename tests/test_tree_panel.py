@@ -68,7 +68,7 @@ def test_a_run_is_one_row_and_a_branch_in_its_middle_splits_it(panel):
     assert texts(panel) == ["(prompt)", "0.50  abcdef  ⟶ p 1.6e-02"] and panel.row_of(6) is row
     panel.update_tree(False, [NodeView(7, 2, "X", 0.25, "forced")], [1, 2, 7])  # a branch after "b"
     assert rows(panel) == [(0, "(prompt)", False), (1, "0.50  ab", True), (2, "0.50  cdef  ⟶ p 1.6e-02", False),
-                           (2, "model p 0.25, forced  X  ⟶ p 6.2e-02", True)]  # fmt: skip
+                           (2, "0.25, forced  X  ⟶ p 6.2e-02", True)]  # fmt: skip
     assert panel.row_of(1) is row and panel.row_of(2) is row  # the row keeps its start, its tail moved
     assert panel.run_of(4) == [3, 4, 5, 6] and panel.row_of(6).parent() is row
     assert panel.row_of(7).parent() is row
@@ -145,8 +145,8 @@ def test_marks_pins_names_and_unvisited_expansions(panel):
     panel.update_tree(True, [*chain(1, 0, "ab"), NodeView(3, 2, "r", 1.0, "rule"), NodeView(4, 2, "t", 0.5, "tool"),
                              NodeView(5, 1, "e", 0.2, "expanded", expanded=True),
                              NodeView(6, 5, "f", 0.5, "expanded", expanded=True)], [1, 2, 3])  # fmt: skip
-    assert texts(panel) == ["(prompt)", "0.50  a", "0.50  b", "model p 1.00, rule  r  ⟶ p 0.25",
-                            "model p 0.50, tool  t  ⟶ p 0.12", "0.20  ef  ⟶ p 5.0e-02"]  # fmt: skip
+    assert texts(panel) == ["(prompt)", "0.50  a", "0.50  b", "1.00, rule  r  ⟶ p 0.25",
+                            "0.50, tool  t  ⟶ p 0.12", "0.20  ef  ⟶ p 5.0e-02"]  # fmt: skip
     expanded = panel.row_of(5)
     assert panel.is_unvisited(expanded) and not panel.is_unvisited(panel.row_of(3))
     assert expanded.font(0).italic() and expanded.foreground(0).color().name() == "#808080"
@@ -192,7 +192,7 @@ def test_a_leaf_shows_its_whole_sequence_probability(panel):
     assert panel.row_of(4).text(0).endswith(f"⟶ p {math.prod(probabilities):.1e}")
     assert panel.row_of(4).text(0).endswith("⟶ p 1.4e-03") and panel.row_of(5).text(0).endswith("⟶ p 9.0e-02")
     assert "⟶" not in panel.row_of(1).text(0)  # not a leaf
-    assert "product of each step's probability" in panel.row_tip(panel.row_of(4))
+    assert "the product of its steps' p" in panel.row_tip(panel.row_of(4))
     long = [NodeView(i + 1, i, "w", 0.01, "model") for i in range(200)]  # 1e-400: far below a float
     panel.update_tree(True, long, [200])
     assert panel.row_of(200).text(0).endswith("⟶ p 1.0e-400")

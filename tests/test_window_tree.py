@@ -292,9 +292,10 @@ def test_a_forced_branch_shows_the_models_probability(qtbot, window):
     assert forced.source == "forced" and forced.probability == 0.0 < forced.model_probability
     node = session.path[2]
     qtbot.waitUntil(lambda: node in panel.views, timeout=WAIT)
-    shown = re.match(r"model p (\S+), forced  ", panel.row_of(node).text(0))  # was "0.00 [forced]"
+    shown = re.match(r"(\S+), forced  ", panel.row_of(node).text(0))  # was "0.00 [forced]"
     assert shown and float(shown[1]) == pytest.approx(forced.model_probability, rel=0.2) and float(shown[1]) > 0
-    tip = re.search(r"model p (\S+)  forced", panel.row_tip(panel.row_of(node)))
+    assert panel.findChild(QLabel, "treeMeasure").text().startswith("p: the model's own probability")
+    tip = re.search(r"p (\S+)  forced", panel.row_tip(panel.row_of(node)))
     assert tip and float(tip[1]) == pytest.approx(forced.model_probability, rel=0.2)
 
 

@@ -48,13 +48,14 @@ class NodeView:
     id: int
     parent: int | None
     token: str
-    probability: float  # the chain's final probability of the step; the raw model's where an expansion weighed by
-    #                     it, and of an inserted step (forced, rule, tool: it was not drawn)
+    probability: float | None  # the model's own probability of the step (temperature 1, before any sampler): one
+    #                            measure for every node, drawn, inserted or expanded, under whatever settings
     source: str  # the step's: "model", "forced", "rule", "tool" or "expanded"
     name: str = ""
     pinned: bool = False
     expanded: bool = False  # added by an expansion, not walked into yet
     deleted: bool = False
+    drawn: float | None = None  # the sampler chain's final probability where it drew the step (None: not drawn)
 
 
 @dataclass(frozen=True)
@@ -228,11 +229,10 @@ class Tree:
         node = self.nodes[node_id]
         if node.step is None:
             return NodeView(0, None, "", 1.0, "prompt")
-        model = node_id in self.raw or node.step.source in INSERTED  # not drawn: the model's own p
-        return NodeView(node_id, node.parent, node.step.token,
-                        node.step.model_probability if model else node.step.probability, node.step.source,
+        drawn = node_id not in self.raw and node.step.source not in INSERTED  # by the chain, under its settings
+        return NodeView(node_id, node.parent, node.step.token, node.step.model_probability, node.step.source,
                         self.names.get(node_id, ""), node_id in self.pinned, node_id in self.expanded,
-                        node_id in self.deleted)  # fmt: skip
+                        node_id in self.deleted, node.step.probability if drawn else None)  # fmt: skip
 
     def marks(self, node_id: int) -> dict:
         """A node's optional trace keys (MARKS) where set."""

@@ -1,6 +1,7 @@
 """Two branches of the tree side by side (the Tree tab's "Compare with the active branch"): the text they
 share up to the branch point, then each branch's tokens from there, position by position, with the
-probability each was taken with, and under them each branch's length and the product of its probabilities.
+model's own probability of each (temperature 1, before any sampler: the Tree's measure, drawn or forced alike),
+and under them each branch's length and the product of those probabilities.
 The dialog only lays out; the controller fills it (show_branches) with the engine's Steps."""
 
 import html
@@ -67,16 +68,14 @@ class BranchCompare(QDialog):
     def _cells(step) -> tuple[QTableWidgetItem, QTableWidgetItem]:
         if step is None:
             return QTableWidgetItem(""), QTableWidgetItem("")
-        p = (
-            "?"
-            if step.probability is None
-            else f"{step.probability:.3f}"
-            if step.probability >= 0.001 or step.probability == 0
-            else f"{step.probability:.0e}"
-        )
+        model = step.model_probability  # the model's own, as the Tree's: the same measure whoever chose the token
+        p = "?" if model is None else f"{model:.3f}" if model >= 0.001 or model == 0 else f"{model:.0e}"
         token, probability = QTableWidgetItem(shown(step.token)), QTableWidgetItem(p)
         probability.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        tip = f"<code>{html.escape(repr(step.token))}</code>, p {p}: {WHY.get(step.source, 'drawn from the model')}"
+        drawn = f", drawn at {step.probability:.3f} after the samplers" if step.source == "model" and step.probability \
+            is not None else ""  # fmt: skip
+        tip = (f"<code>{html.escape(repr(step.token))}</code>, p {p} (the model's own){drawn}: "
+               f"{WHY.get(step.source, 'drawn from the model')}")  # fmt: skip
         for item in (token, probability):
             item.setToolTip(tip)
             if step.source in TINTS:
@@ -85,5 +84,5 @@ class BranchCompare(QDialog):
 
     @staticmethod
     def _totals(steps) -> str:
-        log10p = sum(log10_of(step.probability) for step in steps)
+        log10p = sum(log10_of(step.model_probability) for step in steps)
         return f"{len(steps)} token{'s' * (len(steps) != 1)}, p {probability_text(log10p)}"

@@ -36,7 +36,7 @@ from .later import RowsLater
 from .menus import TreeMenus
 from .numbers import log10_of
 from .row_edits import RowEdits
-from .rows import LAST, UNVISITED, RowLook
+from .rows import LAST, MEASURE, UNVISITED, RowLook
 
 DROP_AFTER_MS = 250  # a rebuilt tree's old rows are freed in an event of their own, after the new ones show
 ROOT = NodeView(0, None, "", 1.0, "prompt")
@@ -67,12 +67,16 @@ class TreePanel(TreeMenus, RowEdits, RowLook, QWidget):
         self.tree.viewport().installEventFilter(self)  # the rows' tooltips, made on demand
         self.summary = QLabel("", objectName="treeSummary")
         self.summary.setWordWrap(True)
+        self.measure = QLabel(MEASURE, objectName="treeMeasure")  # what every row's number is
+        self.measure.setWordWrap(True)
+        self.measure.setEnabled(False)  # grey: a legend
         layout = QVBoxLayout(self)
         self.controls = ExpandControls()
         self.controls.expandClicked.connect(self._expand_clicked)
         self.controls.cancelRequested.connect(self.cancelRequested)
         layout.addWidget(self.controls)
         layout.addWidget(self.summary)
+        layout.addWidget(self.measure)
         layout.addWidget(self.tree, 1)
         self._old_rows, self.items = [], {}
         self._menu: QMenu | None = None  # the context menu made last (menu_for): one at a time

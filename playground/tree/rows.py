@@ -15,8 +15,17 @@ LAST = Qt.ItemDataRole.UserRole  # a row's last node (the node a click goes to)
 UNVISITED = QColor(128, 128, 128)
 TIP_ROWS = 40  # tokens listed in a row's tooltip
 ROW_CHARS = 800  # of a longer row's text, its start and its end are shown
-SEQUENCE_TIP = ("⟶ p: the product of each step's probability from the prompt; an expansion under the raw model "
-                "weighs by the raw model's, and so does a forced step (it was not drawn)")  # fmt: skip
+MEASURE = ("p: the model's own probability of each row's first token (temperature 1, before any sampler), whoever "
+           "chose it · ⟶ p: of the whole branch")  # fmt: skip
+SEQUENCE_TIP = ("⟶ p: the model's own probability of the whole branch from the prompt (the product of its steps' p, "
+                "drawn, forced or expanded alike)")  # fmt: skip
+
+
+def _token_tip(view) -> str:
+    """"'park'  p 0.7340, drawn at 1.0000 after the samplers  model": the model's own, then the chain's."""
+    drawn = "" if view.drawn is None else f", drawn at {short(view.drawn, 4)} after the samplers"
+    unvisited = "  (expanded, not visited)" if view.expanded else ""
+    return f"{view.token!r}  p {short(view.probability, 4)}{drawn}  {view.source}{unvisited}"
 
 
 class RowLook:
@@ -43,14 +52,12 @@ class RowLook:
         item.setData(0, LAST, self.runs[head][-1])
 
     def _row_text(self, head: int) -> str:
-        """⚑ (a pin in it), «names», the first step's probability and mark, the tokens; a leaf row ends with
-        its sequence's probability. An inserted step's probability is the model's ("model p 0.03, forced")."""
+        """⚑ (a pin in it), «names», the first step's probability (the model's own, as every row's: MEASURE) and
+        mark ("0.03, forced"), the tokens; a leaf row ends with its sequence's probability."""
         views, last = self.views, self.runs[head][-1]
         first = views[head]
         p = short(first.probability)
-        mark = ""  # an expansion's: italic grey instead
-        if first.source in MARKS:
-            p, mark = f"model p {p}", f", {MARKS[first.source]}"
+        mark = f", {MARKS[first.source]}" if first.source in MARKS else ""  # an expansion's: italic grey instead
         body = self._body[head]
         if len(body) > ROW_CHARS:  # drawing elides it anyway; eliding a long text costs ms per paint
             body = f"{body[: ROW_CHARS // 4]} … {body[-ROW_CHARS * 3 // 4 :]}"
@@ -69,9 +76,7 @@ class RowLook:
         if head == 0:
             return "the prompt: every branch starts here"
         run, views = self.runs[head], self.views
-        lines = [f"{views[n].token!r}  {'model ' * (views[n].source in MARKS)}p {short(views[n].probability, 4)}  "
-                 f"{views[n].source}"
-                 + ("  (expanded, not visited)" if views[n].expanded else "") for n in run[:TIP_ROWS]]  # fmt: skip
+        lines = [_token_tip(views[n]) for n in run[:TIP_ROWS]]
         if len(run) > TIP_ROWS:
             lines.append(f"... {len(run) - TIP_ROWS} more tokens")
         if not self.children[run[-1]]:
