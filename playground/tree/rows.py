@@ -22,7 +22,7 @@ SEQUENCE_TIP = ("⟶ p: the model's own probability of the whole branch from the
 
 
 def _token_tip(view) -> str:
-    """"'park'  p 0.7340, drawn at 1.0000 after the samplers  model": the model's own, then the chain's."""
+    """A token's tooltip line, the model's own p then the chain's: 'park'  p 0.7340, drawn at 1.0000 ..."""
     drawn = "" if view.drawn is None else f", drawn at {short(view.drawn, 4)} after the samplers"
     unvisited = "  (expanded, not visited)" if view.expanded else ""
     return f"{view.token!r}  p {short(view.probability, 4)}{drawn}  {view.source}{unvisited}"
