@@ -10,7 +10,7 @@ import pytest
 from conftest import shown_window
 from PySide6.QtCore import QPoint, Qt, QThread
 from PySide6.QtWidgets import QComboBox, QLabel, QListWidget, QWidget
-from test_window import child, generate, step, type_prompt
+from test_window import WAIT, child, generate, step, type_prompt
 
 import engine
 from playground.widgets.token_colours import COLOR_LEVELS, colour_level
@@ -391,3 +391,34 @@ def test_another_model_reads_the_prompt_again(qtbot, window, story_model):
     generated(qtbot, window)
     prompt_scored(qtbot, window, red_ball)
     assert scoring.prompts_scored == 2
+
+
+def test_forced_tokens_are_marked_and_the_models_own_perplexity_stands_beside_the_whole(qtbot, window):
+    """Issue 43, item 3: forced and inserted tokens topped the "least confident" list and raised the perplexity
+    unmarked: the list marks them, the readout gives the model's own tokens' perplexity beside the whole text's."""
+    from test_window import click_bar
+
+    type_prompt(qtbot, window, "mia has a red ball.")
+    window.controls.max_tokens.setValue(1)
+    step(qtbot, window)
+    window.chart.flush()
+    with qtbot.waitSignal(window.controller.idle, timeout=WAIT):
+        click_bar(qtbot, window, 9)  # an unlikely token, forced as the next step
+    window.controls.max_tokens.setValue(12)
+    generate(qtbot, window)
+    steps = window.token_view.steps()
+    forced = [i for i, s in enumerate(steps) if s.source == "forced"]
+    assert forced and len(steps) > len(forced) + 3
+    strip_of(window)  # drawn now
+    whole = math.exp(np.mean([s.surprisal for s in steps]))
+    own = math.exp(np.mean([s.surprisal for s in steps if s.source == "model"]))
+    assert whole > own  # the forced token's surprisal raised it
+    readout = child(window, QLabel, "perplexityLabel").text()
+    assert readout.startswith(f"perplexity {whole:.2f} · model's own tokens {own:.2f}")
+    assert "left out" in child(window, QLabel, "perplexityLabel").toolTip()
+    rows = child(window, QListWidget, "leastConfident")
+    texts = {rows.item(r).data(Qt.ItemDataRole.UserRole): rows.item(r).text() for r in range(rows.count())}
+    assert texts[forced[0]].endswith("  forced") and rows.item(0).data(Qt.ItemDataRole.UserRole) == forced[0]
+    assert not any(text.endswith("forced") for index, text in texts.items() if index not in forced)
+    assert rows.horizontalScrollBarPolicy() == Qt.ScrollBarPolicy.ScrollBarAlwaysOff  # item 6: cut, whole in the tip
+    assert rows.item(0).toolTip() == rows.item(0).text()

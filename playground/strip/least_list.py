@@ -15,7 +15,10 @@ class LeastConfidentList(QListWidget):
         self.setObjectName("leastConfident")
         self.setMinimumWidth(120)
         self.setMinimumHeight(PLOT_HEIGHT)
-        self.setToolTip("the 10 least confident generated tokens (the prompt's are not listed): click one to select it")
+        self.setToolTip("the 10 least confident generated tokens (the prompt's are not listed; forced, rule and tool "
+                        "tokens are marked): click one to select it")  # fmt: skip
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)  # a long token is cut, not scrolled
+        self.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # its value, step and mark stay; the whole in its tooltip
         self.itemClicked.connect(lambda item: self.stepClicked.emit(item.data(Qt.ItemDataRole.UserRole)))
         self._shown: list[tuple[int, str]] | None = None
 
@@ -27,5 +30,6 @@ class LeastConfidentList(QListWidget):
         self.clear()
         for index, text in rows:
             item = QListWidgetItem(text)
+            item.setToolTip(text)
             item.setData(Qt.ItemDataRole.UserRole, index)
             self.addItem(item)

@@ -10,6 +10,9 @@ LEAST_CONFIDENT = 10  # rows of the "least confident" list
 RANK_BY = ("surprisal", "entropy")
 Y_CAP = 16.0  # nats: a forced token far outside the model's choices does not squash the rest
 READOUT_TIP = "exp of the mean surprisal of the tokens after the prompt"
+OWN_TIP = ("model's own tokens: the same over the tokens the model chose (forced, rule and tool tokens left out: a "
+           "token put in the text says nothing about the model's confidence)")  # fmt: skip
+INSERTED = ("forced", "rule", "tool")  # steps the model did not choose
 PROMPT_TIP = "prompt: the same of the prompt's tokens after its first (the first is read, not scored)"
 
 
@@ -48,9 +51,12 @@ def hover_html(title: str, token: str, values: dict, index: int) -> str:
     return f"<b>{title}: <code>{html.escape(repr(token))}</code></b><br>{numbers} nats"
 
 
-def readout(generated: float | None, prompt: float | None, prompt_note: str | None) -> str:
-    """The perplexity of the generated text, and the prompt's once it is scored (or that it was not)."""
+def readout(generated: float | None, prompt: float | None, prompt_note: str | None, own: float | None = None) -> str:
+    """The perplexity of the generated text, over the model's own tokens where some were put in (own), and the
+    prompt's once it is scored (or that it was not)."""
     parts = [] if generated is None else [f"perplexity {generated:.2f}"]
+    if own is not None:
+        parts.append(f"model's own tokens {own:.2f}")
     if prompt is not None:
         parts.append(f"prompt {prompt:.2f}")
     elif prompt_note is not None:
@@ -61,10 +67,11 @@ def readout(generated: float | None, prompt: float | None, prompt_note: str | No
 def readout_tip(prompt: float | None, prompt_note: str | None) -> str:
     """The readout's tooltip: what the numbers are, or why the prompt was not scored."""
     if prompt_note is not None:
-        return f"{READOUT_TIP}. The prompt was not scored: {prompt_note}"
-    return READOUT_TIP + ("; " + PROMPT_TIP if prompt is not None else "")
+        return f"{READOUT_TIP}; {OWN_TIP}. The prompt was not scored: {prompt_note}"
+    return f"{READOUT_TIP}; {OWN_TIP}" + ("; " + PROMPT_TIP if prompt is not None else "")
 
 
-def least_row(values: np.ndarray, index: int, token: str) -> str:
-    """A "least confident" list row: the value, the step number, the token."""
-    return f"{values[index]:5.2f}  {index + 1:>4}  {token!r}"
+def least_row(values: np.ndarray, index: int, token: str, source: str = "model") -> str:
+    """A "least confident" list row: the value, the step number, the token, and who chose it where the model did
+    not ("forced", "rule", "tool")."""
+    return f"{values[index]:5.2f}  {index + 1:>4}  {token!r}" + (f"  {source}" if source in INSERTED else "")

@@ -15,7 +15,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt, Signal
 from PySide6.QtGui import QPalette
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QSizePolicy, QToolTip, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from ..widgets.flow_layout import FlowLayout
 from ..widgets.frames import Frames
@@ -23,12 +23,13 @@ from . import measures
 from .least_list import LeastConfidentList
 from .measures import RANK_BY
 from .plot_items import COLORS, empty_hint, mark_items, prompt_items, step_curves, strip_plot
+from .strip_mouse import StripMouse
 
 SYMBOLS_UP_TO = 150  # with more points than this the curves are drawn without symbols (cheaper, clearer)
 LIVE_FPS = 2  # repaints a second while a run streams: each takes the GIL from the worker for milliseconds
 
 
-class UncertaintyStrip(QWidget):
+class UncertaintyStrip(StripMouse, QWidget):
     stepClicked = Signal(int)  # a point or a "least confident" row was clicked: that step's index
     promptClicked = Signal(int)  # a prompt point was clicked: its index in the prompt's scored steps
 
@@ -36,6 +37,8 @@ class UncertaintyStrip(QWidget):
         super().__init__(parent)
         self.setObjectName("uncertaintyStrip")
         self._values = {name: np.empty(0) for name in RANK_BY}  # per step, NaN where not known (a server's)
+        self._sources: list[str] = []  # per step: "model", "forced", "rule", "tool" or "expanded"
+        self._inserted = np.zeros(0, dtype=bool)  # per step: not the model's choice (measures.INSERTED)
         self._count = 0
         self._marked = -1
         self._token_text = lambda index: ""
@@ -115,8 +118,11 @@ class UncertaintyStrip(QWidget):
                 grown = np.full(size, np.nan)
                 grown[: self._count] = self._values[name][: self._count]
                 self._values[name] = grown
+            self._inserted = np.resize(self._inserted, size)
         for name in RANK_BY:
             self._values[name][start:count] = measures.measure(steps, name)
+        self._sources[start:] = [step.source for step in steps]
+        self._inserted[start:count] = [source in measures.INSERTED for source in self._sources[start:]]
         self._count = count
         if self._marked >= count:
             self._marked = -1
@@ -202,6 +208,10 @@ class UncertaintyStrip(QWidget):
         """exp of the mean surprisal of the steps whose surprisal is known; None: none is."""
         return measures.perplexity(self._values["surprisal"][: self._count])
 
+    def own_perplexity(self) -> float | None:
+        """The same over the tokens the model chose (forced, rule and tool tokens left out); None: none is."""
+        return measures.perplexity(self._values["surprisal"][: self._count][~self._inserted[: self._count]])
+
     def least_confident(self) -> list[int]:
         """The indexes of the steps of highest surprisal (or entropy, as the switch says), highest first
         (ties: the earlier step first); steps without the number are left out."""
@@ -238,7 +248,8 @@ class UncertaintyStrip(QWidget):
 
     def readout(self) -> str:
         """The perplexity of the generated text, and the prompt's once it is scored."""
-        return measures.readout(self.perplexity(), self._prompt_perplexity, self._prompt_note)
+        own = self.own_perplexity() if self._inserted[: self._count].any() else None  # the same where none is
+        return measures.readout(self.perplexity(), self._prompt_perplexity, self._prompt_note, own)
 
     def _prompt_x(self, index: int) -> int:
         """The prompt's scored tokens are drawn at x = 1 - n ... 0, so the last is next to step 1 (x = 1)."""
@@ -339,41 +350,5 @@ class UncertaintyStrip(QWidget):
 
     def _draw_least(self) -> None:
         values = self._values[self.rank_by.currentText()]
-        self.least.show_rows([(index, measures.least_row(values, index, self._token_text(index)))
+        self.least.show_rows([(index, measures.least_row(values, index, self._token_text(index), self._sources[index]))
                               for index in self.least_confident()])  # fmt: skip
-
-    # --- mouse ---------------------------------------------------------------------------------------
-    def _x_at(self, scene_pos) -> int:
-        """The point column nearest a scene point: a step's is its index + 1, the prompt's are 0 and below."""
-        return round(self.plot.getPlotItem().vb.mapSceneToView(QPointF(scene_pos)).x())
-
-    def index_at(self, scene_pos) -> int:
-        """The step nearest a scene point along the step axis, or -1 (the prompt too: see prompt_index_at)."""
-        if not self._count:
-            return -1
-        index = self._x_at(scene_pos) - 1
-        return index if 0 <= index < self._count else -1
-
-    def prompt_index_at(self, scene_pos) -> int:
-        """The prompt's scored token nearest a scene point, or -1."""
-        if not self._prompt_steps:
-            return -1
-        index = self._x_at(scene_pos) - 1 + len(self._prompt_steps)
-        return index if 0 <= index < len(self._prompt_steps) else -1
-
-    def _clicked(self, event) -> None:
-        if event.button() != Qt.MouseButton.LeftButton:
-            return
-        index = self.index_at(event.scenePos())
-        if index >= 0:
-            self.stepClicked.emit(index)
-        elif (index := self.prompt_index_at(event.scenePos())) >= 0:
-            self.promptClicked.emit(index)
-
-    def _hovered(self, scene_pos) -> None:
-        text = self.hover_text(self.index_at(scene_pos)) or self.prompt_hover_text(self.prompt_index_at(scene_pos))
-        if text:
-            where = self.plot.viewport().mapToGlobal(self.plot.mapFromScene(QPointF(scene_pos)))
-            QToolTip.showText(where, text, self.plot)
-        else:
-            QToolTip.hideText()
