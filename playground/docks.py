@@ -2,7 +2,7 @@
 stacked as tabs, floated or given the whole width. The View menu lists them all; the layout a person made is
 saved with the window (QMainWindow.saveState) and View > Reset layout puts the default back."""
 
-from PySide6.QtCore import QByteArray, Qt
+from PySide6.QtCore import QByteArray, QSize, Qt
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QDockWidget, QMainWindow, QWidget
 
@@ -10,6 +10,7 @@ from .widgets.scroll_column import ScrollColumn
 
 RIGHT = Qt.DockWidgetArea.RightDockWidgetArea
 BOTTOM = Qt.DockWidgetArea.BottomDockWidgetArea
+MAX_SIDE = 16384  # px: a remembered window size past this is not a window's
 STATE_VERSION = 2  # saveState's version: a state saved by another layout of docks is not restored
 
 # objectName, title, the window's attribute for the panel, tooltip, scrolls (a tall panel scrolls in a short dock)
@@ -119,6 +120,7 @@ class Docks:
     def save(self, prefs) -> None:
         prefs.setValue("windowState", self.window.saveState(STATE_VERSION))
         prefs.setValue("windowGeometry", self.window.saveGeometry())
+        prefs.setValue("windowSize", self.window.size())  # the inner size: restoreGeometry alone may lose a frame's
 
     def restore(self, read) -> None:
         """The layout saved at the last close, read defensively (read: a RememberedReader): a value that is not a
@@ -126,8 +128,14 @@ class Docks:
         geometry, state = read.raw("windowGeometry"), read.raw("windowState")
         if geometry is not None and not (isinstance(geometry, QByteArray) and self.window.restoreGeometry(geometry)):
             read.reset("window geometry", "…", "not a window geometry")
+        size = read.raw("windowSize")
+        if isinstance(size, QSize) and geometry is not None and not self.window.isMaximized():
+            # without a window manager (Xvfb) restoreGeometry takes a title bar's height off each launch
+            self.window.resize(size.expandedTo(self.window.minimumSize()).boundedTo(QSize(MAX_SIDE, MAX_SIDE)))
         if state is None:
             return
         if not isinstance(state, QByteArray) or not self.window.restoreState(state, STATE_VERSION):
             read.reset("layout", state if not isinstance(state, QByteArray) else "…", "not a layout of these docks")
             self.reset_layout()
+        for name in HIDDEN:  # a comparison is not kept across launches: its dock comes back with the next one
+            self.by_name[name].hide()

@@ -139,3 +139,38 @@ def test_a_comparison_that_arrives_after_close_is_dropped(qtbot, window):
     comparing._on_compared(comparison, window.controller.model)  # a result the worker sent before Close
     assert not panel.isVisible() and comparing.second_name is None
     qtbot.waitUntil(lambda: window.controller.worker.compare.second_model is None, timeout=WAIT)
+
+
+def test_the_legend_keeps_each_entry_whole_at_1024_by_700_and_a_restart_shows_no_blank_panel(qtbot, story_model,
+                                                                                            prefs):  # fmt: skip
+    """Issue 43, item 6: the legend wrapped one word per line at 1024x700; after a restart a blank, untitled Compare
+    panel showed in front."""
+    from PySide6.QtCore import QSize
+
+    win = shown_window(qtbot, story_model, prefs)
+    win.resize(QSize(1024, 700))
+    qtbot.wait(60)
+    story_text(qtbot, win)
+    compared(qtbot, win, STORY)
+    qtbot.wait(60)
+    title = child(win, QLabel, "comparisonTitle")
+    entries = [
+        "log\xa0p(first)\xa0−\xa0log\xa0p(second)",
+        "▮\xa0story\xa0model\xa0(built\xa0in)\xa0likelier",
+        "━\xa0KL\xa0divergence",
+    ]
+    plain = title.text().replace("&nbsp;", "\xa0")
+    assert all(entry in plain for entry in entries), plain  # each entry breaks nowhere inside
+    widest = max(title.fontMetrics().horizontalAdvance(entry) for entry in entries) * 1.2  # (bold: a little more)
+    assert title.width() > widest and title.width() > win.comparison_panel.width() * 0.9  # the dock's whole width
+    assert title.heightForWidth(title.width()) <= title.height()  # its lines whole
+    assert win.docks.by_name["compareDock"].isVisible()
+    win.close()
+    again = shown_window(qtbot, story_model, prefs)
+    qtbot.wait(60)
+    assert not again.docks.by_name["compareDock"].isVisible()  # a comparison is not kept: no blank panel
+    again.docks.show(again.comparison_panel)  # View > Compare: the panel says what it is and how to make one
+    qtbot.wait(30)
+    assert child(again, QLabel, "comparisonTitle").text() == "<b>Compare</b>"
+    assert "File > Compare with a second model" in child(again, QLabel, "comparisonSummary").text()
+    again.close()

@@ -127,3 +127,36 @@ def test_the_inside_tab_reads_a_step_as_it_was_drawn(qtbot, window):
     assert done.args[0].view.probs[-1][session.steps[0].token_id] == pytest.approx(
         session.steps[0].model_probability, abs=1e-5
     )
+
+
+@pytest.mark.parametrize("size", [(1024, 700), (1366, 768)])
+def test_the_before_after_chart_fits_its_bars_wherever_it_was_drawn(qtbot, window, size):
+    """Issue 43, item 5: the chart kept a 0-0.04 axis (the range of no bars) while its bars reached 0.27, and a key
+    drawn over the plot hid the short bars: the axes fit the bars whenever the chart is drawn or shown (here the
+    preview comes while the Steer tab is behind another), and the key sits above the plot, whole."""
+    import pyqtgraph as pg
+    from PySide6.QtWidgets import QLabel
+
+    window.resize(*size)
+    window.docks.by_name["steerDock"].raise_()
+    panel = window.steer_panel
+    assert panel.chart.viewRange()[0][1] < 0.06  # no bars yet
+    make_direction(qtbot, window, ["mia has a red ball.", "ben has a red cup."],
+                   ["mia has a blue ball.", "ben has a blue cup."])  # fmt: skip
+    window.docks.by_name["rulesDock"].raise_()  # the Steer tab behind another while the bars come
+    type_prompt(qtbot, window, "mia has a red ball. ben goes to the park. ben has")
+    window.controls.max_tokens.setValue(1)
+    generate(qtbot, window)
+    qtbot.waitUntil(lambda: len(panel.shown()) == 10, timeout=WAIT)
+    window.docks.by_name["steerDock"].raise_()
+    qtbot.wait(50)
+    longest = max(max(before, after) for _, before, after in panel.shown())
+    assert longest > 0.2
+    (left, right), (top, bottom) = panel.chart.viewRange()
+    assert left == 0 and longest < right < longest * 1.25 and top <= -0.4 and bottom >= 9.4
+    box = panel.chart.getPlotItem().vb.sceneBoundingRect().adjusted(-1, -1, 1, 1)
+    for bars in (panel.before, panel.after):
+        assert box.contains(bars.mapRectToScene(bars.boundingRect())), "a bar is cut"
+    assert not [item for item in panel.chart.getPlotItem().items if isinstance(item, pg.LegendItem)]
+    key = panel.findChild(QLabel, "steerChartKey")
+    assert key.isVisible() and key.heightForWidth(key.width()) <= key.height()

@@ -29,6 +29,8 @@ DISAGREEMENTS = 10  # rows of the list
 # bars down, a line)
 COLORS = {"first": "#009e73", "second": "#cc79a7", "divergence": "#e69f00"}  # up, down, the KL line
 PLOT_HEIGHT = 92
+NO_TEXT = "No text to compare: the comparison comes back when there is one"
+NOTHING_YET = "No comparison yet: File > Compare with a second model... reads the text under two models, token by token"
 Y_CAP = 12.0  # nats: one wild span does not squash the rest
 
 
@@ -78,11 +80,11 @@ class ComparisonPanel(QWidget):
             lambda item: self.textSpanClicked.emit(*item.data(Qt.ItemDataRole.UserRole))
         )
 
-        head = QHBoxLayout()
-        head.setContentsMargins(0, 0, 0, 0)
-        head.addWidget(self.title, 1)
-        head.addWidget(self.again_button)
-        head.addWidget(self.close_button)
+        foot = QHBoxLayout()  # the buttons beside the summary: the key above has the dock's whole width
+        foot.setContentsMargins(0, 0, 0, 0)
+        foot.addWidget(self.summary, 1)
+        foot.addWidget(self.again_button)
+        foot.addWidget(self.close_button)
         body = QHBoxLayout()
         body.setContentsMargins(0, 0, 0, 0)
         body.setSpacing(6)
@@ -91,10 +93,11 @@ class ComparisonPanel(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 4, 0, 0)
         layout.setSpacing(1)
-        layout.addLayout(head)
+        layout.addWidget(self.title)
         layout.addLayout(body)
-        layout.addWidget(self.summary)
+        layout.addLayout(foot)
         self.apply_palette()
+        self.clear(NOTHING_YET)
 
     # --- content -------------------------------------------------------------------------------------
     def show_comparison(self, comparison, first_name: str, second_name: str) -> None:
@@ -102,20 +105,23 @@ class ComparisonPanel(QWidget):
         self.log_ratios = np.array([np.nan if v is None else v for v in comparison.per_token], dtype=float)
         kl = comparison.divergence
         self.divergences = np.array([np.nan if v is None else v for v in kl] if kl else [], dtype=float)
-        key = (f'<span style="color:{COLORS["first"]}">▮ {html.escape(first_name)} likelier</span> &nbsp;'
-               f'<span style="color:{COLORS["second"]}">▮ {html.escape(second_name)} likelier</span>')  # fmt: skip
+        key = [("first", f"▮ {html.escape(first_name)} likelier"), ("second", f"▮ {html.escape(second_name)} likelier")]
         if kl:
-            key += f' &nbsp;<span style="color:{COLORS["divergence"]}">━ KL divergence</span>'
-        self.title.setText(f"<b>log p(first) − log p(second)</b>, nats &nbsp; {key}")
+            key.append(("divergence", "━ KL divergence"))
+        # each entry whole on a line (non-breaking spaces inside it): a narrow dock wraps between entries only
+        self.title.setText("<b>log&nbsp;p(first)&nbsp;−&nbsp;log&nbsp;p(second)</b>,&nbsp;nats " + " ".join(
+            f'<span style="color:{COLORS[name]}">{text.replace(" ", "&nbsp;")}</span>' for name, text in key))  # fmt: skip
         self.summary.setText(self.summary_text(first_name, second_name))
         self._draw()
         self._fill_list()
 
-    def clear(self) -> None:
-        """No comparison: the text it was made of is gone (Reset, another model); it comes back with text."""
+    def clear(self, why: str = NO_TEXT) -> None:
+        """No comparison: the text it was made of is gone (Reset, another model; it comes back with text), or none
+        was made yet (NOTHING_YET)."""
         self.comparison = None
         self.log_ratios, self.divergences = np.empty(0), np.empty(0)
-        self.summary.setText("No text to compare: the comparison comes back when there is one")
+        self.title.setText("<b>Compare</b>")
+        self.summary.setText(why)
         self.disagreements.clear()
         self._draw()
 

@@ -88,11 +88,17 @@ class SteerPanel(QWidget):
         self.chart.setMinimumSize(140, 160)
         self.chart.setMouseEnabled(False, False)
         self.chart.hideButtons()
-        self.chart.addLegend(offset=(-5, -5))  # bottom right: the short bars' end
+        self.chart.getViewBox().disableAutoRange()  # fit() alone sets the range, from the bars shown
+        self.key = QLabel(
+            f'<span style="color:rgb{BEFORE}">█</span> before &nbsp;'
+            f'<span style="color:rgb{AFTER}">█</span> after steering',
+            objectName="steerChartKey",
+        )
+        self.key.setWordWrap(True)  # the key above the chart, over no bar
         self.chart.invertY(True)  # the likeliest at the top, as in the main chart
         self.chart.getAxis("left").setWidth(90)  # room for the tokens' texts
-        self.before = pg.BarGraphItem(x0=[], y=[], width=[], height=0.4, brush=pg.mkBrush(*BEFORE), name="before")
-        self.after = pg.BarGraphItem(x0=[], y=[], width=[], height=0.4, brush=pg.mkBrush(*AFTER), name="after")
+        self.before = pg.BarGraphItem(x0=[], y=[], width=[], height=0.4, brush=pg.mkBrush(*BEFORE))
+        self.after = pg.BarGraphItem(x0=[], y=[], width=[], height=0.4, brush=pg.mkBrush(*AFTER))
         for bars in (self.before, self.after):
             self.chart.addItem(bars)
             bars.setVisible(False)  # pyqtgraph's BarGraphItem cannot draw zero bars
@@ -122,9 +128,12 @@ class SteerPanel(QWidget):
         scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         scroll.setWidget(controls)  # a short dock scrolls the column: no control or sentence is cut
         scroll.setMinimumWidth(controls.minimumSizeHint().width() + scroll.verticalScrollBar().sizeHint().width())
+        chart = QVBoxLayout()
+        chart.addWidget(self.key)
+        chart.addWidget(self.chart, 1)
         row = QHBoxLayout(self)
         row.addWidget(scroll, 1)
-        row.addWidget(self.chart, 1)
+        row.addLayout(chart, 1)
 
     def apply_palette(self) -> None:
         """The chart in the window's colours (a light or dark Qt palette)."""
@@ -204,9 +213,25 @@ class SteerPanel(QWidget):
         for bars in (self.before, self.after):
             bars.setVisible(count > 0)
         self.chart.getAxis("left").setTicks([list(enumerate(tokens))])  # horizontal bars: the tokens readable
-        self.chart.setXRange(0, max([*before, *after, 0.05]) * 1.1)
-        if count:
-            self.chart.setYRange(-0.6, count - 0.4)
+        self.fit()
+
+    def fit(self) -> None:
+        """The axes to the bars shown: x from 0 past the longest bar, y every pair of bars. Set again whenever the
+        chart is shown or resized, so that a range set while its dock was hidden or tiny never stays stale."""
+        widths = [*self.before.opts["width"], *self.after.opts["width"]]
+        top = max([*widths, 0.05]) * 1.1
+        self.chart.setXRange(0, top, padding=0)
+        step = next(s for s in (0.01, 0.02, 0.05, 0.1, 0.2, 0.25, 0.5) if s * 3 >= top)  # 2 or 3 ticks: a narrow dock
+        self.chart.getAxis("bottom").setTicks([[(i * step, f"{i * step:g}") for i in range(int(top / step) + 1)]])
+        self.chart.setYRange(-0.6, max(len(self._shown_tokens), 1) - 0.4, padding=0)
+
+    def showEvent(self, event) -> None:
+        super().showEvent(event)
+        self.fit()
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        self.fit()
 
     def shown(self) -> list[tuple[str, float, float]]:
         """(token, before, after) per pair of bars, for tests."""
