@@ -120,7 +120,7 @@ class Branches(QObject):
         if result.cancelled:
             text = f"Cancelled: kept {result.new} new nodes, the {levels} finished, in {seconds:.2f} s"
         if before_end:
-            text += " from the step before the text's end (the text went back there; click its last row to return)"
+            text += " from the step before the text's end (the text keeps its end: the others are beside it)"
         if result.leaves:
             text += f"; the likeliest branch below has p {result.leaves[0][1]:.3g} from where it started"
         if self._greedy_chain:

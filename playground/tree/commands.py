@@ -72,6 +72,9 @@ class TreeCommands(WorkerCommands):
                 host.redraw.emit(session.prompt_text, list(session.steps))
             session.update_settings(**settings)
             result = session.expand(**request["params"], progress=progress, cancelled=cancelled)
+            if ends:  # the text keeps its end: what else could have come is beside it in the tree
+                session.goto(request["node"])
+                host.redraw.emit(session.prompt_text, list(session.steps))
         except ValueError as error:
             host.failed.emit(f"could not expand the tree: {error}")
             return
