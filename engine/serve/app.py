@@ -33,10 +33,12 @@ from engine.core.checks import MAX_TOKEN_CHARS
 from engine.core.session import Session
 from engine.core.settings import MAX_SEED
 from engine.core.trace import save_trace
+from engine.serve.answers import chat_logprobs, choice_chunk, completion_logprobs, tool_chunk, whole_message
 from engine.serve.guard import Guard, error_body
 from engine.serve.requests import CHAT_MAX_TOKENS, COMPLETION_MAX_TOKENS, ChatRequest, CompletionRequest
 from engine.serve.runs import Run, joined
 from engine.serve.stepping import stepper_for
+from engine.serve.structured import response_grammar, template_messages, tool_plan
 from engine.serve.watch import Watchers
 
 SEND_SECONDS = 30.0  # a stream's event not taken by its client within this ends the request
@@ -123,9 +125,10 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
             body.max_tokens = body.max_completion_tokens
 
         def prepare() -> Run:  # on a thread: a long conversation takes the template a while
-            prompt = guarded(lambda: render(body.chat_messages()), "messages")
+            plan = guarded(lambda: tool_plan(body.tools, body.tool_choice), "tools")
+            prompt = guarded(lambda: render(template_messages(body.chat_messages(), plan)), "messages")
             top = (body.top_logprobs or 0) if body.logprobs else None
-            return new_run(body, prompt, "messages", top, CHAT_MAX_TOKENS)
+            return new_run(body, prompt, "messages", top, CHAT_MAX_TOKENS, plan)
 
         return await answer(body, await anyio.to_thread.run_sync(prepare), "chat.completion", request)
 
@@ -155,7 +158,7 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
             headers = {}
         return JSONResponse(whole(run, request_id, kind), headers=headers)
 
-    def new_run(body, prompt: str, prompt_field: str, top_logprobs, default_max: int) -> Run:
+    def new_run(body, prompt: str, prompt_field: str, top_logprobs, default_max: int, plan=None) -> Run:
         if len(prompt) > model.context_length * MAX_TOKEN_CHARS:  # no need to tokenize it to know
             raise BadRequest(f"{prompt_field}: {len(prompt):,} characters cannot fit in the model's context of "
                              f"{model.context_length:,} tokens", prompt_field)  # fmt: skip
@@ -164,11 +167,27 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
         if room < 1:
             raise BadRequest(f"{prompt_field}: {len(prompt_ids):,} tokens leave no room in the model's context of "
                              f"{model.context_length:,} tokens", prompt_field)  # fmt: skip
+        structured(body, plan)
         return guarded(
-            lambda: made_run(body, prompt, top_logprobs, min(default_max, room)), fields=type(body).model_fields
+            lambda: made_run(body, prompt, top_logprobs, min(default_max, room), plan), fields=type(body).model_fields
         )
 
-    def made_run(body, prompt: str, top_logprobs, default_max: int) -> Run:
+    def structured(body, plan) -> None:
+        """The grammar that response_format or the tools ask for, in the request's `grammar` (one of the three)."""
+        asked = [name for name in ("grammar", "response_format") if getattr(body, name) is not None]
+        asked += ["tools"] * (plan is not None)
+        if len(asked) > 1:
+            raise BadRequest(f"{asked[1]}: give one of grammar, response_format and tools, not {' and '.join(asked)}",
+                             asked[1])  # fmt: skip
+        if asked and asked[0] != "grammar" and not model.capabilities.grammar:
+            raise BadRequest(f"{asked[0]} needs a grammar, which {served} cannot run here (the llama.cpp backend "
+                             "can)", asked[0])  # fmt: skip
+        if plan is not None:
+            body.grammar = guarded(plan.grammar, "tools")
+        elif body.response_format is not None:
+            body.grammar = guarded(lambda: response_grammar(body.response_format), "response_format")
+
+    def made_run(body, prompt: str, top_logprobs, default_max: int, plan=None) -> Run:
         options = body.session_options(default_max)
         for token_id, _bias in options["logit_bias"]:  # before Settings' own check, which knows no vocabulary
             if model.vocab_size is not None and token_id >= model.vocab_size:
@@ -178,7 +197,7 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
         session = Session(model, prompt, seed=seed, rules=tuple(rules) + body.rules(), **options)
         written = len(session.prompt_text) + len(session.healing or "")  # with what healing left to spell
         session.client_spans.append((0, written))  # the client wrote the prompt
-        return Run(session, body.stops(), top_logprobs)
+        return Run(session, body.stops(), top_logprobs, plan)
 
     async def streamed(run: Run, request_id: str, kind: str, body):
         chunk_kind = "chat.completion.chunk" if kind == "chat.completion" else "text_completion"
@@ -191,6 +210,10 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
                     async for piece in stepper:
                         piece = joined([piece, *stepper.waiting()])
                         stepped(run, request_id)
+                        if run.tools is not None:  # the JSON form is read whole: the answer comes at the end
+                            if piece.finish:
+                                yield json.dumps(envelope(request_id, chunk_kind, [tool_chunk(run)]))
+                            continue
                         if piece.text or piece.tokens or first or piece.finish:
                             choice = choice_chunk(kind, piece, first, piece.finish)
                             yield json.dumps(envelope(request_id, chunk_kind, [choice]))
@@ -222,9 +245,9 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
         text, tokens = run.content(), run.tokens
         kept = {} if run.trace_error is None else {"trace": None, "trace_error": run.trace_error}
         if kind == "chat.completion":
-            choice = {"index": 0, "message": {"role": "assistant", "content": text},
-                      "logprobs": None if run.top_logprobs is None else {"content": chat_logprobs(tokens)},
-                      "finish_reason": run.finish_reason}  # fmt: skip
+            message, finish = whole_message(run, text)
+            choice = {"index": 0, "message": message, "finish_reason": finish,
+                      "logprobs": None if run.top_logprobs is None else {"content": chat_logprobs(tokens)}}  # fmt: skip
         else:
             choice = {"index": 0, "text": text, "finish_reason": run.finish_reason,
                       "logprobs": None if run.top_logprobs is None else completion_logprobs(tokens)}  # fmt: skip
@@ -294,28 +317,6 @@ class Stream(EventSourceResponse):
             await super().__call__(scope, receive, send)
         except SendTimeoutError:
             pass
-
-
-def choice_chunk(kind: str, piece, first: bool, finish: str | None) -> dict:
-    if kind == "chat.completion":
-        delta = {"role": "assistant", "content": piece.text} if first else {"content": piece.text}
-        logprobs = {"content": chat_logprobs(piece.tokens)} if piece.tokens else None
-        return {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
-    logprobs = completion_logprobs(piece.tokens) if piece.tokens else None
-    return {"index": 0, "text": piece.text, "logprobs": logprobs, "finish_reason": finish}
-
-
-def chat_logprobs(tokens: list[dict]) -> list[dict]:
-    def entry(t):
-        return {"token": t["token"], "logprob": t["logprob"], "bytes": t["bytes"]}
-
-    return [dict(entry(t), top_logprobs=[entry(o) for o in t["top_logprobs"]]) for t in tokens]
-
-
-def completion_logprobs(tokens: list[dict]) -> dict:
-    return {"tokens": [t["token"] for t in tokens], "token_logprobs": [t["logprob"] for t in tokens],
-            "top_logprobs": [{o["token"]: o["logprob"] for o in t["top_logprobs"]} for t in tokens],
-            "text_offset": [t["offset"] for t in tokens]}  # fmt: skip
 
 
 def served_names(model, model_id: str | None, aliases=()) -> list[str]:

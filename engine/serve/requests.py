@@ -78,23 +78,16 @@ class Sampling(BaseModel):
     samplers: list[str] | None = None
     grammar: str | None = None
     steer: list[Steer] = Field(default_factory=list, max_length=64)
-    # OpenAI's, not served here: refused by name (unsupported()), not as fields no one defines
-    tools: list | None = None
-    tool_choice: str | dict | None = None
+    response_format: dict | None = None  # text, json_object, json_schema: a grammar (structured.py)
+    # OpenAI's older names for tools: refused by name (unsupported()), not as fields no one defines
     functions: list | None = None
     function_call: str | dict | None = None
-    response_format: dict | None = None
 
     def unsupported(self) -> tuple[str, str] | None:
         """(field, why) for an OpenAI field this server does not serve, or None."""
-        why = {
-            "tools": "function calling is not served here (a rule's command, or `steer`, puts a tool's output "
-                     "into the text between two inference passes)",
-            "response_format": "structured output is not served here: give a GBNF `grammar` instead",
-        }  # fmt: skip
-        for name in ("tools", "tool_choice", "functions", "function_call", "response_format"):
+        for name in ("functions", "function_call"):
             if getattr(self, name) is not None:
-                return name, f"{name}: " + why.get(name, why["tools"])
+                return name, f"{name}: OpenAI's older form of tools is not served: send `tools` and `tool_choice`"
         return None
 
     def stops(self) -> tuple[str, ...]:
@@ -157,6 +150,20 @@ class CompletionRequest(Sampling):
         return prompt
 
 
+class ToolCall(BaseModel):
+    """An assistant message's earlier tool call, as the client sends it back."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(default="", max_length=256)
+    type: Literal["function"] = "function"
+    function: dict
+
+    def as_dict(self) -> dict:
+        if not isinstance(self.function.get("name"), str):
+            raise ValueError("messages: a tool call's function needs a name")
+        return {"id": self.id, "type": "function", "function": dict(self.function)}
+
+
 class ContentPart(BaseModel):
     model_config = ConfigDict(extra="forbid")
     type: Literal["text"]
@@ -165,11 +172,15 @@ class ContentPart(BaseModel):
 
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[ContentPart]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None  # None: an assistant message that only calls tools
     name: str | None = None
+    tool_calls: list[ToolCall] | None = Field(default=None, max_length=64)
+    tool_call_id: str | None = Field(default=None, max_length=256)
 
     def text(self) -> str:
+        if self.content is None:
+            return ""
         return self.content if isinstance(self.content, str) else "".join(part.text for part in self.content)
 
 
@@ -178,10 +189,22 @@ class ChatRequest(Sampling):
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
     max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_INT)
+    tools: list[dict] | None = Field(default=None, max_length=128)  # function tools: the generic JSON form
+    tool_choice: Literal["none", "auto", "required"] | dict | None = None
+    parallel_tool_calls: bool | None = None  # accepted: one call per answer in the JSON form
 
     def chat_messages(self) -> list[dict]:
-        """The messages as a chat template reads them ("developer" is OpenAI's newer name for "system")."""
-        return [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in self.messages]
+        """The messages as a chat template reads them ("developer" is OpenAI's newer name for "system"), with an
+        assistant's tool calls and a tool message's call id (structured.template_messages writes them out)."""
+        out = []
+        for m in self.messages:
+            message = {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
+            if m.tool_calls:
+                message["tool_calls"] = [call.as_dict() for call in m.tool_calls]
+            if m.tool_call_id is not None:
+                message["tool_call_id"] = m.tool_call_id
+            out.append(message)
+        return out
 
 
 def _logit_bias(bias: dict[str, float] | None) -> tuple[tuple[int, float], ...]:

@@ -34,8 +34,9 @@ def joined(pieces: list[Piece]) -> Piece:
 
 
 class Run:
-    def __init__(self, session: Session, stops: tuple[str, ...], top_logprobs: int | None):
+    def __init__(self, session: Session, stops: tuple[str, ...], top_logprobs: int | None, tools=None):
         self.session, self.stops, self.top_logprobs = session, stops, top_logprobs
+        self.tools = tools  # a chat request's structured.ToolPlan: its answer is read as tool calls (None: text)
         self.sent = 0  # characters of the generated text handed out
         self.tokens: list[dict] = []  # every step's log-probabilities (when asked for)
         self.watched = 0  # steps sent to the server's watchers

@@ -1,0 +1,118 @@
+"""Tools and structured output on the server (issue 44, the server's part): `tools` with every `tool_choice`,
+`response_format` json_object and json_schema, made into a grammar llama.cpp enforces, on SmolLM2 through the
+official `openai` client. What the model writes always parses and fits the schema; a tool result in the next
+request is read; what the grammar cannot enforce is a 400 naming it."""
+
+import json
+
+import httpx
+import pytest
+from pydantic import BaseModel
+from test_serve import client, served
+
+ADD = {"type": "function", "function": {
+    "name": "add", "description": "Add two whole numbers",
+    "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                   "required": ["a", "b"]},
+}}  # fmt: skip
+WEATHER = {"type": "function", "function": {
+    "name": "weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 40}}, "required": ["city"]},
+}}  # fmt: skip
+ASK = [{"role": "user", "content": "What is 2 plus 3? Use the add tool."}]
+
+
+class Sum(BaseModel):
+    a: int
+    b: int
+
+
+class Person(BaseModel):
+    name: str
+    age: int
+
+
+@pytest.fixture(scope="module")
+def url(smollm2_llamacpp):
+    with served(smollm2_llamacpp, model_id="smollm2") as url:
+        yield url
+
+
+def ask(url, **request):
+    return client(url).chat.completions.create(**{"model": "smollm2", "max_tokens": 48, "temperature": 0, **request})
+
+
+def test_a_required_tool_call_parses_and_fits_the_functions_schema(url):
+    answer = ask(url, messages=ASK, tools=[ADD, WEATHER], tool_choice="required")
+    choice = answer.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    (call,) = choice.message.tool_calls
+    assert call.type == "function" and call.id.startswith("call_") and call.function.name in ("add", "weather")
+    arguments = json.loads(call.function.arguments)
+    if call.function.name == "add":
+        Sum.model_validate(arguments)
+    else:
+        assert set(arguments) == {"city"} and len(arguments["city"]) <= 40
+    named = ask(url, messages=ASK, tools=[ADD, WEATHER], tool_choice={"type": "function", "function": {"name": "add"}})
+    (call,) = named.choices[0].message.tool_calls
+    assert call.function.name == "add" and Sum.model_validate_json(call.function.arguments) == Sum(a=2, b=3)
+
+
+def test_the_conversation_goes_on_with_the_tools_result_and_auto_may_answer_in_words(url):
+    first = ask(url, messages=ASK, tools=[ADD], tool_choice="required").choices[0].message
+    messages = [*ASK, first.model_dump(exclude_none=True),
+                {"role": "tool", "tool_call_id": first.tool_calls[0].id, "content": "5"}]  # fmt: skip
+    answer = ask(url, messages=messages, tools=[ADD], tool_choice="auto").choices[0]
+    message = answer.message
+    assert (message.content is None) == bool(message.tool_calls)  # either words or a call, in the form
+    if message.tool_calls:
+        Sum.model_validate_json(message.tool_calls[0].function.arguments)
+    else:
+        assert isinstance(message.content, str)
+    plain = ask(url, messages=ASK, tools=[ADD], tool_choice="none").choices[0].message
+    assert plain.tool_calls is None and plain.content  # no tools this turn: the model's own words
+
+
+def test_a_streamed_tool_call_comes_as_one_delta_with_its_index(url):
+    chunks = list(ask(url, messages=ASK, tools=[ADD], tool_choice="required", stream=True))
+    calls = [c.choices[0].delta.tool_calls for c in chunks if c.choices and c.choices[0].delta.tool_calls]
+    assert len(calls) == 1 and calls[0][0].index == 0 and calls[0][0].function.name == "add"
+    Sum.model_validate_json(calls[0][0].function.arguments)
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+def test_response_format_json_schema_and_json_object_always_parse(url):
+    schema = {"name": "person", "strict": True, "schema": Person.model_json_schema()}
+    answer = ask(url, messages=[{"role": "user", "content": "Invent a person."}], max_tokens=64,
+                 response_format={"type": "json_schema", "json_schema": schema})  # fmt: skip
+    assert answer.choices[0].finish_reason == "stop"  # greedy SmolLM2 closes the object within 64 tokens
+    Person.model_validate_json(answer.choices[0].message.content)
+    anything = ask(url, messages=[{"role": "user", "content": "Give me a JSON object."}], max_tokens=64,
+                   response_format={"type": "json_object"})  # fmt: skip
+    if anything.choices[0].finish_reason == "stop":
+        assert isinstance(json.loads(anything.choices[0].message.content), dict)
+    else:  # cut by max_tokens: a prefix of an object
+        assert anything.choices[0].message.content.lstrip().startswith("{")
+
+
+@pytest.mark.parametrize("change, field, said", [
+    ({"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "integer", "minimum": 3}}}},
+     "response_format", "'minimum' is not supported"),
+    ({"response_format": {"type": "xml"}}, "response_format", "json_object or json_schema"),
+    ({"tools": [{"type": "function", "function": {"parameters": {}}}]}, "tools", "tools[0] must be"),
+    ({"tools": [ADD], "tool_choice": {"type": "function", "function": {"name": "mul"}}}, "tools", "tool_choice"),
+    ({"tools": [ADD], "grammar": "root ::= \"x\""}, "tools", "give one of grammar, response_format and tools"),
+    ({"functions": [ADD["function"]]}, "functions", "send `tools`"),
+])  # fmt: skip
+def test_what_a_grammar_cannot_enforce_is_a_400_naming_it(url, change, field, said):
+    answer = httpx.post(f"{url}/chat/completions", json={"model": "smollm2", "messages": ASK, **change}, timeout=60)
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert error["param"] == field and said in error["message"], error
+
+
+def test_a_model_without_grammars_says_so(story_model):
+    with served(story_model) as url:
+        answer = httpx.post(f"{url}/completions", timeout=60, json={
+            "model": "story", "prompt": "mia", "response_format": {"type": "json_object"}})  # fmt: skip
+    assert answer.status_code == 400 and "llama.cpp backend" in answer.json()["error"]["message"]
