@@ -44,7 +44,8 @@ DESCRIPTIVE = {"title", "description", "default", "examples", "$schema", "$id", 
 MAX_SCHEMA_CHARS = 64_000
 TOOL_PROMPT = ("You can call these tools (JSON schema of each one's arguments):\n{tools}\n"
                'Answer with one JSON object: {{"tool_call": {{"name": <a tool\'s name>, "arguments": {{...}}}}}} to '
-               'call a tool, or {{"response": <your answer>}} to answer.')  # fmt: skip
+               'call a tool, or {{"response": <your answer>}} to answer. Once a tool has returned what you need, '
+               'answer with "response".')  # fmt: skip
 
 
 def checked_schema(schema, where: str) -> dict:
@@ -175,14 +176,18 @@ def template_messages(messages: list[dict], plan: ToolPlan | None) -> list[dict]
     earlier calls written in the JSON form, tool results as the user's turn (consecutive ones in one message, so
     templates that want user and assistant to alternate take them)."""
     out: list[dict] = []
+    called = {}  # call id -> "name(arguments)", for the result's line
     for message in messages:
         role, content = message["role"], message.get("content") or ""
         if role == "assistant" and message.get("tool_calls"):
             calls = [{"tool_call": {"name": c["function"]["name"], "arguments": _arguments(c)}}
                      for c in message["tool_calls"]]  # fmt: skip
             content = "\n".join(json.dumps(c, ensure_ascii=False) for c in calls)
+            for c, call in zip(message["tool_calls"], calls):
+                called[c.get("id")] = f"{call['tool_call']['name']}({json.dumps(call['tool_call']['arguments'])})"
         elif role == "tool":
-            role, content = "user", f"Tool result ({message.get('tool_call_id') or 'call'}): {content}"
+            which = called.get(message.get("tool_call_id"), "the tool")
+            role, content = "user", f"{which} returned: {content}"
         if out and out[-1]["role"] == role == "user":
             out[-1] = {"role": "user", "content": out[-1]["content"] + "\n\n" + content}
         else:
