@@ -135,7 +135,8 @@ def test_bad_requests_are_400s_naming_the_field_and_the_server_goes_on(story_mod
         ({"max_tokens": 0}, "max_tokens"),
         ({"top_k": 0}, "top_k"),
         ({"logprobs": 50}, "logprobs"),
-        ({"n": 3}, "n"),
+        ({"n": 9}, "n"),
+        ({"n": 3, "seed": 2**63 - 1}, "seed"),
         ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
         ({"samplers": ["temperature", "nonsense"]}, "samplers"),
         ({"steer": [{"at": "x"}]}, "steer"),
@@ -333,3 +334,26 @@ def test_in_front_of_vllm_it_is_a_steering_proxy(vllm_server):
     session.run()
     assert steered.choices[0].text == content(remote, session.result(), prompt)[0]
     assert steered.choices[0].text.startswith(trigger + " Lyon")
+
+
+def test_n_choices_are_sessions_seeded_one_after_another_streamed_or_not(story_model, story_url):
+    """`n` (issue 44): choice i is the session with seed + i, each with its own trace (request id, then -1, -2)."""
+    url, traces = story_url
+    request = {"model": "story", "prompt": STORY, "max_tokens": 12, "temperature": 1.0, "seed": 5, "n": 3}
+    answer = httpx.post(f"{url}/completions", json=request, timeout=60).json()
+    results = [engine.generate(story_model, STORY, max_new_tokens=12, temperature=1.0, seed=5 + i) for i in range(3)]
+    expected = [content(story_model, result, STORY) for result in results]
+    assert [(c["index"], c["text"], c["finish_reason"]) for c in answer["choices"]] == [
+        (i, text, reason) for i, (text, reason) in enumerate(expected)
+    ]
+    assert len({text for text, _ in expected}) > 1  # the seeds differ, so do the texts
+    assert answer["usage"]["completion_tokens"] == sum(len(result.steps) for result in results)
+    assert answer["traces"] == [answer["id"] + ".json", answer["id"] + "-1.json", answer["id"] + "-2.json"]
+    for name, result in zip(answer["traces"], results):
+        trace = engine.load_trace(traces / name)
+        assert trace["settings"]["seed"] == result.seed and trace["text"] == result.text
+        assert engine.replay(trace, story_model).identical
+    chunks = list(client(url).completions.create(**dict(request, n=2, stream=True)))
+    for index in (0, 1):
+        assert "".join(c.choices[0].text for c in chunks if c.choices and c.choices[0].index == index) == expected[
+            index][0]  # fmt: skip

@@ -2,13 +2,24 @@
 answer that may be tool calls (the generic JSON form, structured.py)."""
 
 
-def choice_chunk(kind: str, piece, first: bool, finish: str | None) -> dict:
+def choice_chunk(kind: str, piece, first: bool, finish: str | None, index: int = 0) -> dict:
     if kind == "chat.completion":
         delta = {"role": "assistant", "content": piece.text} if first else {"content": piece.text}
         logprobs = {"content": chat_logprobs(piece.tokens)} if piece.tokens else None
-        return {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+        return {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
     logprobs = completion_logprobs(piece.tokens) if piece.tokens else None
-    return {"index": 0, "text": piece.text, "logprobs": logprobs, "finish_reason": finish}
+    return {"index": index, "text": piece.text, "logprobs": logprobs, "finish_reason": finish}
+
+
+def whole_choice(run, kind: str) -> dict:
+    """One choice of an answer that is not streamed."""
+    text, tokens = run.content(), run.tokens
+    if kind == "chat.completion":
+        message, finish = whole_message(run, text)
+        return {"index": run.index, "message": message, "finish_reason": finish,
+                "logprobs": None if run.top_logprobs is None else {"content": chat_logprobs(tokens)}}  # fmt: skip
+    return {"index": run.index, "text": text, "finish_reason": run.finish_reason,
+            "logprobs": None if run.top_logprobs is None else completion_logprobs(tokens)}  # fmt: skip
 
 
 def chat_logprobs(tokens: list[dict]) -> list[dict]:
@@ -42,4 +53,4 @@ def tool_chunk(run) -> dict:
     delta = {"role": "assistant", "content": message["content"]}
     if "tool_calls" in message:
         delta["tool_calls"] = [dict(call, index=i) for i, call in enumerate(message["tool_calls"])]
-    return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+    return {"index": run.index, "delta": delta, "logprobs": None, "finish_reason": finish}

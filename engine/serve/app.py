@@ -15,9 +15,9 @@ of this (guard.py). --traces keeps each request's trace, named by its id (the re
 import asyncio
 import json
 import random
-import re
 import time
 import uuid
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -33,9 +33,10 @@ from engine.core.checks import MAX_TOKEN_CHARS
 from engine.core.session import Session
 from engine.core.settings import MAX_SEED
 from engine.core.trace import save_trace
-from engine.serve.answers import chat_logprobs, choice_chunk, completion_logprobs, tool_chunk, whole_message
+from engine.serve.answers import choice_chunk, tool_chunk, whole_choice
+from engine.serve.checks import BadRequest, checked_model, guarded
 from engine.serve.guard import Guard, error_body
-from engine.serve.requests import CHAT_MAX_TOKENS, COMPLETION_MAX_TOKENS, ChatRequest, CompletionRequest
+from engine.serve.requests import CHAT_MAX_TOKENS, COMPLETION_MAX_TOKENS, MAX_CHOICES, ChatRequest, CompletionRequest
 from engine.serve.runs import Run, joined
 from engine.serve.stepping import stepper_for
 from engine.serve.structured import response_grammar, template_messages, tool_plan
@@ -44,15 +45,6 @@ from engine.serve.watch import Watchers
 SEND_SECONDS = 30.0  # a stream's event not taken by its client within this ends the request
 QUICK_BODY = 64 << 10  # bytes of JSON parsed on the event loop itself; a larger body is parsed on a thread
 GONE_SECONDS = 0.25  # how often a request that is not streamed asks whether its client is still there
-# the engine's names for what a request names otherwise, for the error's `param`
-PARAM_NAMES = {"max_new_tokens": "max_tokens", "dry_last_n": "dry_penalty_last_n", "rules": "steer",
-               "grammars": "grammar"}  # fmt: skip
-
-
-class BadRequest(Exception):
-    def __init__(self, message: str, param: str | None = None, status: int = 400):
-        super().__init__(message)
-        self.message, self.param, self.status = message, param, status
 
 
 def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | None = None,
@@ -108,7 +100,7 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
         body = await parsed_body(request, CompletionRequest)
         checked_model(body, names)
 
-        def prepare() -> Run:  # on a thread: decoding ids, tokenizing and checking take time with a big request
+        def prepare() -> list:  # on a thread: decoding ids, tokenizing and checking take time with a big request
             prompt = guarded(lambda: body.prompt_text(model.tokenizer, model.vocab_size), "prompt")
             return new_run(body, prompt, "prompt", body.logprobs, COMPLETION_MAX_TOKENS)
 
@@ -124,7 +116,7 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
         if body.max_completion_tokens is not None:
             body.max_tokens = body.max_completion_tokens
 
-        def prepare() -> Run:  # on a thread: a long conversation takes the template a while
+        def prepare() -> list:  # on a thread: a long conversation takes the template a while
             plan = guarded(lambda: tool_plan(body.tools, body.tool_choice), "tools")
             prompt = guarded(lambda: render(template_messages(body.chat_messages(), plan)), "messages")
             top = (body.top_logprobs or 0) if body.logprobs else None
@@ -132,31 +124,36 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
 
         return await answer(body, await anyio.to_thread.run_sync(prepare), "chat.completion", request)
 
-    async def answer(body, run: Run, kind: str, request: Request):
+    async def answer(body, runs: list, kind: str, request: Request):
+        """runs: a maker of each choice's Run (`n` of them), made when its turn comes (each opens a context)."""
         request_id = ("cmpl-" if kind == "text_completion" else "chatcmpl-") + uuid.uuid4().hex[:24]
         headers = {"X-Trace": f"{request_id}.json"} if traces is not None else {}
         if body.stream:
-            events = streamed(run, request_id, kind, body)
+            events = streamed(runs, request_id, kind, body)
             return Stream(events, headers=headers, ping=600, send_timeout=send_seconds)
-        async with lock:
-            started(run, request_id)
-            stepper = stepper_for(run, pace)
-            try:
-                asked = time.monotonic()
-                async for _piece in stepper:
-                    stepped(run, request_id)
-                    if time.monotonic() - asked > GONE_SECONDS:  # a client that went away stops its generation
-                        if await request.is_disconnected():
-                            break
-                        asked = time.monotonic()
-            except ValueError as error:  # the model failed mid-generation (not the request)
-                return JSONResponse(error_body(f"the generation failed: {error}", None, "server_error"), 500)
-            finally:
-                await stepper.close()
-                ended(run, request_id)
-        if run.trace_error is not None:
+        done = []
+        for make in runs:
+            run = await anyio.to_thread.run_sync(make)
+            async with lock:
+                started(run, request_id)
+                stepper = stepper_for(run, pace)
+                try:
+                    asked = time.monotonic()
+                    async for _piece in stepper:
+                        stepped(run, request_id)
+                        if time.monotonic() - asked > GONE_SECONDS:  # a client that went away stops its generation
+                            if await request.is_disconnected():
+                                break
+                            asked = time.monotonic()
+                except ValueError as error:  # the model failed mid-generation (not the request)
+                    return JSONResponse(error_body(f"the generation failed: {error}", None, "server_error"), 500)
+                finally:
+                    await stepper.close()
+                    ended(run, request_id)
+            done.append(run)
+        if any(run.trace_error is not None for run in done):
             headers = {}
-        return JSONResponse(whole(run, request_id, kind), headers=headers)
+        return JSONResponse(whole(done, request_id, kind), headers=headers)
 
     def new_run(body, prompt: str, prompt_field: str, top_logprobs, default_max: int, plan=None) -> Run:
         if len(prompt) > model.context_length * MAX_TOKEN_CHARS:  # no need to tokenize it to know
@@ -168,9 +165,21 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
             raise BadRequest(f"{prompt_field}: {len(prompt_ids):,} tokens leave no room in the model's context of "
                              f"{model.context_length:,} tokens", prompt_field)  # fmt: skip
         structured(body, plan)
-        return guarded(
-            lambda: made_run(body, prompt, top_logprobs, min(default_max, room), plan), fields=type(body).model_fields
-        )
+        seed = body.seed if body.seed is not None else random.randrange(MAX_SEED - MAX_CHOICES)
+        if seed + body.n - 1 > MAX_SEED:
+            raise BadRequest(f"seed: choice i takes seed + i, so with n = {body.n} the seed must be at most "
+                             f"{MAX_SEED - body.n + 1}", "seed")  # fmt: skip
+        made = [
+            guarded(
+                lambda: made_run(body, prompt, top_logprobs, min(default_max, room), plan, seed),
+                fields=type(body).model_fields,
+            )
+        ]  # fmt: skip (the first checks the request: a 400 now)
+        later = [
+            partial(made_run, body, prompt, top_logprobs, min(default_max, room), plan, seed + i, i)
+            for i in range(1, body.n)
+        ]  # fmt: skip (choice i: seed + i, as checked)
+        return [lambda: made[0], *later]
 
     def structured(body, plan) -> None:
         """The grammar that response_format or the tools ask for, in the request's `grammar` (one of the three)."""
@@ -187,20 +196,30 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
         elif body.response_format is not None:
             body.grammar = guarded(lambda: response_grammar(body.response_format), "response_format")
 
-    def made_run(body, prompt: str, top_logprobs, default_max: int, plan=None) -> Run:
+    def made_run(body, prompt: str, top_logprobs, default_max: int, plan, seed: int, index: int = 0) -> Run:
         options = body.session_options(default_max)
         for token_id, _bias in options["logit_bias"]:  # before Settings' own check, which knows no vocabulary
             if model.vocab_size is not None and token_id >= model.vocab_size:
                 raise ValueError(f"logit_bias names token id {token_id}, outside the vocabulary (0 to "
                                  f"{model.vocab_size - 1})")  # fmt: skip
-        seed = body.seed if body.seed is not None else random.randrange(MAX_SEED)
         session = Session(model, prompt, seed=seed, rules=tuple(rules) + body.rules(), **options)
         written = len(session.prompt_text) + len(session.healing or "")  # with what healing left to spell
         session.client_spans.append((0, written))  # the client wrote the prompt
-        return Run(session, body.stops(), top_logprobs, plan)
+        return Run(session, body.stops(), top_logprobs, plan, index)
 
-    async def streamed(run: Run, request_id: str, kind: str, body):
+    async def streamed(runs: list, request_id: str, kind: str, body):
         chunk_kind = "chat.completion.chunk" if kind == "chat.completion" else "text_completion"
+        done = []
+        for make in runs:  # the choices one after another, each chunk with its index
+            run = await anyio.to_thread.run_sync(make)
+            async for event in streamed_choice(run, request_id, kind, chunk_kind):
+                yield event
+            done.append(run)
+        if body.stream_options is not None and body.stream_options.include_usage:
+            yield json.dumps(dict(envelope(request_id, chunk_kind, []), usage=usage(done)))
+        yield "[DONE]"
+
+    async def streamed_choice(run: Run, request_id: str, kind: str, chunk_kind: str):
         first = True
         async with lock:
             started(run, request_id)
@@ -215,7 +234,7 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
                                 yield json.dumps(envelope(request_id, chunk_kind, [tool_chunk(run)]))
                             continue
                         if piece.text or piece.tokens or first or piece.finish:
-                            choice = choice_chunk(kind, piece, first, piece.finish)
+                            choice = choice_chunk(kind, piece, first, piece.finish, run.index)
                             yield json.dumps(envelope(request_id, chunk_kind, [choice]))
                             first = False
                 except ValueError as error:  # the model failed mid-stream: said in the stream, then it ends
@@ -226,9 +245,6 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
                     yield json.dumps(
                         dict(envelope(request_id, chunk_kind, []), trace=None, trace_error=run.trace_error)
                     )
-                if body.stream_options is not None and body.stream_options.include_usage:
-                    yield json.dumps(dict(envelope(request_id, chunk_kind, []), usage=run.usage()))
-                yield "[DONE]"
             finally:  # also when the client went away: the generation stops after the step in flight
                 if not run.ended:
                     with anyio.CancelScope(shield=True):  # a cancelled stream's scope cancels every await in it again
@@ -241,17 +257,13 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
             out["trace"] = f"{request_id}.json"
         return out
 
-    def whole(run: Run, request_id: str, kind: str) -> dict:
-        text, tokens = run.content(), run.tokens
-        kept = {} if run.trace_error is None else {"trace": None, "trace_error": run.trace_error}
-        if kind == "chat.completion":
-            message, finish = whole_message(run, text)
-            choice = {"index": 0, "message": message, "finish_reason": finish,
-                      "logprobs": None if run.top_logprobs is None else {"content": chat_logprobs(tokens)}}  # fmt: skip
-        else:
-            choice = {"index": 0, "text": text, "finish_reason": run.finish_reason,
-                      "logprobs": None if run.top_logprobs is None else completion_logprobs(tokens)}  # fmt: skip
-        return dict(envelope(request_id, kind, [choice]), usage=run.usage(), **kept)
+    def whole(runs: list[Run], request_id: str, kind: str) -> dict:
+        failed = next((run.trace_error for run in runs if run.trace_error is not None), None)
+        kept = {} if failed is None else {"trace": None, "trace_error": failed}
+        if len(runs) > 1 and traces is not None and failed is None:
+            kept["traces"] = [f"{trace_name(request_id, run)}.json" for run in runs]
+        choices = [whole_choice(run, kind) for run in runs]
+        return dict(envelope(request_id, kind, choices), usage=usage(runs), **kept)
 
     def started(run: Run, request_id: str) -> None:
         if watchers:
@@ -278,13 +290,24 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
         trace = run.session.trace() if written and (traces is not None or watchers) else None
         if traces is not None and written:
             try:
-                save_trace(trace, traces / f"{request_id}.json")
+                save_trace(trace, traces / f"{trace_name(request_id, run)}.json")
             except (OSError, ValueError) as error:  # a full disk loses the trace, never the answer
                 run.trace_error = f"the trace was not kept: {error}"
         if watchers:
             watchers.publish({"kind": "end", "request": request_id, "trace": trace})
 
     return app
+
+
+def trace_name(request_id: str, run: Run) -> str:
+    """A choice's trace: the request's id, then -1, -2... for the choices after the first (`n`)."""
+    return request_id if run.index == 0 else f"{request_id}-{run.index}"
+
+
+def usage(runs: list[Run]) -> dict:
+    """The prompt once, every choice's tokens."""
+    prompt, completion = len(runs[0].session.prompt_ids), sum(len(run.session.steps) for run in runs)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
 async def parsed_body(request: Request, kind):
@@ -337,28 +360,3 @@ def served_names(model, model_id: str | None, aliases=()) -> list[str]:
         if name and name.lower() not in (n.lower() for n in unique):
             unique.append(name)
     return unique
-
-
-def checked_model(body, names: list[str]) -> None:
-    """The request names the served model (any of its names) and asks for nothing this server does not serve
-    (else a 400)."""
-    refused = body.unsupported()
-    if refused is not None:
-        raise BadRequest(refused[1], refused[0])
-    asked = body.model
-    if asked.lower() not in (name.lower() for name in names):
-        said = ", ".join(repr(name) for name in names)
-        raise BadRequest(f"model: this server serves {names[0]!r} (also called {said}), not {asked!r} "
-                         "(GET /v1/models)", "model")  # fmt: skip
-
-
-def guarded(make, param: str | None = None, fields=()):
-    """make() with the engine's ValueError as a 400: param, or else the first of the request's fields that
-    the message names (the engine's messages name the setting: "temperature must be ...")."""
-    try:
-        return make()
-    except ValueError as error:
-        message = str(error)
-        names = {name: name for name in fields if name != "model"} | PARAM_NAMES  # "model" is checked apart
-        named = sorted((m.start(), field) for name, field in names.items() if (m := re.search(rf"\b{name}\b", message)))
-        raise BadRequest(message, param or (named[0][1] if named else None)) from None

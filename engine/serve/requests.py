@@ -17,6 +17,7 @@ MAX_TOP_LOGPROBS = 20  # OpenAI's limit, and the steps' own candidates (TOP_CAND
 COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 CHAT_MAX_TOKENS = 2048  # chat's, where a request gives none (the context's room where that is less)
 
+MAX_CHOICES = 8  # `n`: the choices of one request, made one after another
 MAX_TEXT = 1 << 20  # characters of one text a request gives beside its prompt (a steer's insert, an option)
 # llama.cpp server's sampler names (its `samplers` field) -> the engine's stages; the engine's own names pass too
 SAMPLER_ALIASES = {"typ_p": "typical_p", "typical": "typical_p", "top_n_sigma": "top_n_sigma", "penalties": "penalties",
@@ -57,7 +58,7 @@ class Sampling(BaseModel):
     )  # token id (as text, as OpenAI sends it) -> added score
     stream: bool = False
     stream_options: StreamOptions | None = None
-    n: Literal[1] = 1  # one choice per request: the session is one text
+    n: int = Field(default=1, ge=1, le=MAX_CHOICES)  # choices: a Session each, seeds seed, seed + 1, ...
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     user: str | None = None  # OpenAI's end-user id: accepted, not used

@@ -34,8 +34,8 @@ def joined(pieces: list[Piece]) -> Piece:
 
 
 class Run:
-    def __init__(self, session: Session, stops: tuple[str, ...], top_logprobs: int | None, tools=None):
-        self.session, self.stops, self.top_logprobs = session, stops, top_logprobs
+    def __init__(self, session: Session, stops: tuple[str, ...], top_logprobs: int | None, tools=None, index=0):
+        self.session, self.stops, self.top_logprobs, self.index = session, stops, top_logprobs, index  # index: `n`
         self.tools = tools  # a chat request's structured.ToolPlan: its answer is read as tool calls (None: text)
         self.sent = 0  # characters of the generated text handed out
         self.tokens: list[dict] = []  # every step's log-probabilities (when asked for)
