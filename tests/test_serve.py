@@ -357,3 +357,32 @@ def test_n_choices_are_sessions_seeded_one_after_another_streamed_or_not(story_m
     for index in (0, 1):
         assert "".join(c.choices[0].text for c in chunks if c.choices and c.choices[0].index == index) == expected[
             index][0]  # fmt: skip
+
+
+def test_echo_gives_the_prompts_own_log_probabilities_as_engine_score_does(story_model, story_url):
+    """`echo` with `logprobs` (issue 44; how vLLM answers lm-eval's loglikelihood requests): the answer starts with
+    the prompt, the first token's log-probability None, the others engine.score's; `max_tokens: 0` echoes alone;
+    a prompt given as [[ids]] reads the same."""
+    url, _ = story_url
+    scored = engine.score(story_model, STORY)
+    ids = list(story_model.tokenizer.encode(STORY))
+    for prompt in (STORY, [ids]):
+        answer = httpx.post(f"{url}/completions", timeout=60, json={
+            "model": "story", "prompt": prompt, "max_tokens": 0, "echo": True, "logprobs": 1, "temperature": 0})  # fmt: skip
+        choice = answer.json()["choices"][0]
+        logprobs = choice["logprobs"]
+        assert choice["text"] == STORY and choice["finish_reason"] == "length"
+        assert logprobs["token_logprobs"][0] is None and logprobs["top_logprobs"][0] is None
+        assert logprobs["token_logprobs"][1:] == pytest.approx([-s.surprisal for s in scored.steps], abs=1e-5)
+        assert "".join(logprobs["tokens"]) == STORY
+        assert logprobs["text_offset"] == [len("".join(logprobs["tokens"][:i])) for i in range(len(ids))]
+    more = httpx.post(f"{url}/completions", timeout=60, json={
+        "model": "story", "prompt": STORY, "max_tokens": 4, "echo": True, "logprobs": 0, "temperature": 0}).json()  # fmt: skip
+    generated = content(story_model, engine.generate(story_model, STORY, max_new_tokens=4), STORY)[0]
+    assert more["choices"][0]["text"] == STORY + generated
+    assert len(more["choices"][0]["logprobs"]["tokens"]) == len(ids) + 4
+    streamed = list(client(url).completions.create(model="story", prompt=STORY, max_tokens=4, echo=True,
+                                                   temperature=0, stream=True))  # fmt: skip
+    assert "".join(c.choices[0].text for c in streamed if c.choices) == STORY + generated
+    refused = httpx.post(f"{url}/completions", timeout=60, json={"model": "story", "prompt": STORY, "max_tokens": 0})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "max_tokens"

@@ -18,8 +18,8 @@ def whole_choice(run, kind: str) -> dict:
         message, finish = whole_message(run, text)
         return {"index": run.index, "message": message, "finish_reason": finish,
                 "logprobs": None if run.top_logprobs is None else {"content": chat_logprobs(tokens)}}  # fmt: skip
-    return {"index": run.index, "text": text, "finish_reason": run.finish_reason,
-            "logprobs": None if run.top_logprobs is None else completion_logprobs(tokens)}  # fmt: skip
+    return {"index": run.index, "text": run.echo_text + text, "finish_reason": run.finish_reason,
+            "logprobs": None if run.top_logprobs is None else completion_logprobs(run.echo_tokens + tokens)}  # fmt: skip
 
 
 def chat_logprobs(tokens: list[dict]) -> list[dict]:
@@ -31,7 +31,8 @@ def chat_logprobs(tokens: list[dict]) -> list[dict]:
 
 def completion_logprobs(tokens: list[dict]) -> dict:
     return {"tokens": [t["token"] for t in tokens], "token_logprobs": [t["logprob"] for t in tokens],
-            "top_logprobs": [{o["token"]: o["logprob"] for o in t["top_logprobs"]} for t in tokens],
+            "top_logprobs": [None if t["top_logprobs"] is None else {o["token"]: o["logprob"] for o in t["top_logprobs"]}
+                             for t in tokens],  # fmt: skip (None: an echoed prompt's first token)
             "text_offset": [t["offset"] for t in tokens]}  # fmt: skip
 
 

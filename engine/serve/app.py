@@ -99,6 +99,10 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
     async def completions(request: Request):
         body = await parsed_body(request, CompletionRequest)
         checked_model(body, names)
+        if body.max_tokens == 0 and not body.echo:
+            raise BadRequest(
+                "max_tokens: 0 writes nothing; it is for echo (the prompt's log-probabilities)", "max_tokens"
+            )
 
         def prepare() -> list:  # on a thread: decoding ids, tokenizing and checking take time with a big request
             prompt = guarded(lambda: body.prompt_text(model.tokenizer, model.vocab_size), "prompt")
@@ -115,6 +119,8 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
             raise BadRequest(f"{served} has no chat template: send the text as it is to /v1/completions", "messages")
         if body.max_completion_tokens is not None:
             body.max_tokens = body.max_completion_tokens
+        if body.max_tokens == 0:
+            raise BadRequest("max_tokens: a chat answer is at least 1 token", "max_tokens")
 
         def prepare() -> list:  # on a thread: a long conversation takes the template a while
             plan = guarded(lambda: tool_plan(body.tools, body.tool_choice), "tools")
@@ -205,7 +211,8 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
         session = Session(model, prompt, seed=seed, rules=tuple(rules) + body.rules(), **options)
         written = len(session.prompt_text) + len(session.healing or "")  # with what healing left to spell
         session.client_spans.append((0, written))  # the client wrote the prompt
-        return Run(session, body.stops(), top_logprobs, plan, index)
+        echo = getattr(body, "echo", False)  # completions only
+        return Run(session, body.stops(), top_logprobs, plan, index, echo=echo, generate=body.max_tokens != 0)
 
     async def streamed(runs: list, request_id: str, kind: str, body):
         chunk_kind = "chat.completion.chunk" if kind == "chat.completion" else "text_completion"

@@ -48,7 +48,7 @@ class Sampling(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     model: str
-    max_tokens: int | None = Field(default=None, ge=1, le=MAX_INT)
+    max_tokens: int | None = Field(default=None, ge=0, le=MAX_INT)  # 0: the prompt's echo alone
     temperature: float = 1.0  # OpenAI's default; 0 is greedy
     top_p: float | None = None
     seed: int | None = None  # None: a seed drawn for the request, kept in its trace (so it replays)
@@ -100,7 +100,7 @@ class Sampling(BaseModel):
     def session_options(self, default_max_tokens: int) -> dict:
         """Session(model, prompt, **options): the engine's Settings fields, named as it names them."""
         options = {
-            "max_new_tokens": self.max_tokens or default_max_tokens,
+            "max_new_tokens": default_max_tokens if self.max_tokens is None else max(self.max_tokens, 1),
             "temperature": self.temperature,
             "top_p": None if self.top_p in (None, 1) else self.top_p,  # OpenAI's 1 is off
             "top_k": self.top_k,
@@ -130,15 +130,15 @@ class Sampling(BaseModel):
 
 
 class CompletionRequest(Sampling):
-    prompt: str | list[int] | list[str]
+    prompt: str | list[int] | list[str] | list[list[int]]  # a list holds one prompt (lm-eval sends it so)
     logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)  # the top N per token (0: the token's own)
-    echo: Literal[False] = False  # the prompt's own log-probabilities: engine.score, not here
+    echo: bool = False  # the answer starts with the prompt, its tokens' log-probabilities too (as vLLM gives them)
     best_of: Literal[1] | None = None
 
     def prompt_text(self, tokenizer, vocab_size: int | None) -> str:
         """The prompt as text (token ids are decoded: the session reads text, as the window does)."""
         prompt = self.prompt
-        if isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
+        if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
             if len(prompt) != 1:
                 raise ValueError(
                     "prompt: one prompt per request (a list of several is a batch this server does not run)"

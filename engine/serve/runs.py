@@ -34,8 +34,13 @@ def joined(pieces: list[Piece]) -> Piece:
 
 
 class Run:
-    def __init__(self, session: Session, stops: tuple[str, ...], top_logprobs: int | None, tools=None, index=0):
+    def __init__(self, session: Session, stops: tuple[str, ...], top_logprobs: int | None, tools=None, index=0,
+                 echo: bool = False, generate: bool = True):  # fmt: skip
+        """echo: the answer starts with the prompt (its tokens' log-probabilities too, the first None, as vLLM
+        gives them); generate False: nothing after it (`max_tokens: 0`, only with echo)."""
         self.session, self.stops, self.top_logprobs, self.index = session, stops, top_logprobs, index  # index: `n`
+        self.echo, self.generate = echo, generate
+        self.echo_text, self.echo_tokens = "", []  # the prompt and its log-probabilities, once echoed
         self.tools = tools  # a chat request's structured.ToolPlan: its answer is read as tool calls (None: text)
         self.sent = 0  # characters of the generated text handed out
         self.tokens: list[dict] = []  # every step's log-probabilities (when asked for)
@@ -50,7 +55,17 @@ class Run:
         """One inference pass (or a rule's insertion) -> the new Piece; None once the text has ended."""
         if self.finish_reason is not None:
             return None
-        offset = len(self.session.text) - len(self.session.prompt_text)  # where this step's token begins
+        echoed = self._echoed() if self.echo and not self.echo_text else Piece("")
+        if not self.generate:
+            self.finish_reason = "length"
+            return Piece(echoed.text, echoed.tokens, self.finish_reason)
+        piece = self._step()
+        if echoed.text:
+            piece = joined([echoed, piece])
+        return piece
+
+    def _step(self) -> Piece:
+        offset = len(self.echo_text) + len(self.session.text) - len(self.session.prompt_text)  # this token's start
         started = time.perf_counter()
         step = self.session.step(stream=True)  # a server behind: one open stream, stopped where a rule acts
         self.taken, self.stepping = self.taken + 1, self.stepping + time.perf_counter() - started
@@ -68,6 +83,24 @@ class Run:
             self.finish_reason = "stop"
             return Piece(self._release(self._stopped_at), tokens, self.finish_reason)
         return Piece(self._release(len(text) - self._held_back(text)), tokens)
+
+    def _echoed(self) -> Piece:
+        """The prompt as the answer's first piece: its text, and (asked for) each token's log-probabilities, read
+        in one pass (engine.score) on the stepping thread, as a step is."""
+        from engine.core.scoring import score
+
+        session = self.session
+        self.echo_text = session.prompt_text
+        if self.top_logprobs is not None:
+            ids, tokenizer = session.prompt_ids, session.model.tokenizer
+            first = tokenizer.decode(ids[:1])
+            self.echo_tokens = [{"token": first, "logprob": None, "id": ids[0], "offset": 0, "top_logprobs": None,
+                                 "bytes": list(_bytes(tokenizer, ids[0], first))}]  # fmt: skip
+            offset = len(first)  # each token's start, as the session's own text grows by each step's token
+            for step in score(session.model, ids).steps if len(ids) > 1 else ():
+                self.echo_tokens.append(dict(self._logprobs(step), offset=offset))
+                offset += len(step.token)
+        return Piece(self.echo_text, list(self.echo_tokens))
 
     def content(self) -> str:
         """The generated text, less the model's end token (a chat's <|im_end|> is not the answer's)."""
