@@ -220,8 +220,8 @@ def _perform(session, action: dict) -> None:
         session.choose(action["options"], action["source"])
     elif kind == "settings":
         session.update_settings(**action["settings"])
-    elif kind == "rules":
-        pass  # replay runs no rule: what the rules inserted follows in the log as insert / choose actions
+    elif kind in ("rules", "thinking"):
+        pass  # replay runs no rule nor budget: what they inserted follows in the log as insert / choose actions
     elif kind == "goto":
         session.goto(action["node"])
     elif kind == "expand":

@@ -136,7 +136,7 @@ class Session(TreeCommands, Steering):
         if self.stopped:
             self.interrupt()  # a stream open at max_new_tokens closes, and the ids it left unknown are filled in
             return None
-        if self._fire_rules():
+        if self._end_thinking() or self._fire_rules():
             return self._hand_out()
         return self._sample(stream and self.model.capabilities.streaming)
 

@@ -3,8 +3,11 @@ token ids, choose among options, the rules that do the same between two steps (s
 inside (steer_heads, steer_vector). They use the Session's
 state and private helpers (_log, _append, _check_room, ...) as its own methods do."""
 
+import bisect
+
 import numpy as np
 
+from engine.core.chat import checked_budget
 from engine.core.checks import checked_token_id, encoded_nonempty, encoded_options
 from engine.core.inside import head_scale_table
 from engine.core.rules import Rule, checked_rules, rule_matches, rule_plan
@@ -17,6 +20,40 @@ class Steering:
     # steer_vector's: (the vector, its layers, the strength), None while none is added; the additions [layers, d]
     vector_steering = None
     residual_table: np.ndarray | None = None
+    thinking: tuple[str, str, int] | None = None  # set_thinking_budget's (opening, closing, tokens)
+
+    def set_thinking_budget(self, opening, closing, tokens) -> None:
+        """Bound a reasoning model's thinking, as llama.cpp's reasoning budget does: once `tokens` tokens follow
+        the last `opening` marker with no `closing` after it, the closing marker is inserted (a rule's insertion,
+        logged: replay repeats it). tokens None removes the bound. Logged."""
+        if tokens is None:
+            self.thinking = None
+        else:
+            for name, marker in (("opening", opening), ("closing", closing)):
+                if not isinstance(marker, str) or not marker:
+                    raise ValueError(f"a thinking budget's {name} marker must be non-empty text, got {marker!r:.40}")
+            encoded_nonempty(self.model.tokenizer, closing, "the closing marker")  # insertable, or a ValueError now
+            self.thinking = (opening, closing, checked_budget(tokens))
+        self._log({"kind": "thinking", "budget": None if self.thinking is None else list(self.thinking)})
+
+    def _end_thinking(self) -> bool:
+        """Insert the closing marker where the thinking has used its budget. True if it added steps."""
+        if self.thinking is None:
+            return False
+        opening, closing, budget = self.thinking
+        start = self.text.rfind(opening)
+        if start < 0 or closing in self.text[start:]:
+            return False
+        taken = len(self.steps) - bisect.bisect_left(self._text_lengths, start + len(opening))  # tokens after it
+        if taken < budget or len(self.steps) >= self.settings.max_new_tokens:
+            return False
+        token_ids = self.model.tokenizer.encode(closing)
+        if len(token_ids) > self.model.context_length - len(self.ids):
+            return False
+        self.interrupt()
+        steps = self._insert(list(token_ids), "rule", heal=False)
+        self._log({"kind": "insert", "token_ids": list(token_ids), "source": "rule"})
+        return bool(steps)
 
     def set_rules(self, rules) -> tuple[Rule, ...]:
         """Replace the rules from the next step on (the rules panel calls this when a person edits it). All

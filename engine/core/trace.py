@@ -54,7 +54,7 @@ SCHEMA_V1 = "token-playground/trace/1"  # fixed stage fields (temperature, top_k
 SCHEMAS = (SCHEMA, SCHEMA_V4, SCHEMA_V3, SCHEMA_V2, SCHEMA_V1)
 WITH_TREE = (SCHEMA, SCHEMA_V4)
 ACTION_KINDS = {"sample", "stream", "force", "insert", "choose", "rewind", "goto", "settings", "rules", "expand",
-                "delete", "name", "pin", "undo", "heads", "vector"}  # fmt: skip
+                "delete", "name", "pin", "undo", "heads", "vector", "thinking"}  # fmt: skip
 BRANCHES = ("all", "active")  # a trace's tree: every branch, or only the one the text is on
 
 
@@ -247,6 +247,11 @@ def _check_action(index, action) -> None:
         raise ValueError(f"{where}: a stream needs an int 'n' >= 0 (the tokens it gave)")
     if kind == "rules":
         _check_rules(f"{where}: rules", action.get("rules"))
+    if kind == "thinking" and action.get("budget") is not None and not (
+        isinstance(action["budget"], list) and len(action["budget"]) == 3
+        and all(isinstance(m, str) for m in action["budget"][:2]) and ints(action["budget"][2:])
+    ):  # fmt: skip
+        raise ValueError(f"{where}: a thinking action needs 'budget': null or [opening, closing, tokens]")
     if kind == "settings":
         try:
             Settings(**action.get("settings"))
