@@ -70,3 +70,20 @@ def test_the_thinking_budget_inserts_the_closing_marker_and_replays(smollm2):
     for bad in ((None, "</think>", 4), ("<think>", "", 4), ("<think>", "</think>", -1)):
         with pytest.raises(ValueError):
             unbounded.set_thinking_budget(*bad)
+
+
+def test_a_conversation_grows_in_one_session_through_the_templates_own_words(smollm2):
+    """The next turn is inserted after the reply in the template's own words (continuation), so one session holds
+    the chat and its tree every reply; a text the template would not continue gets None (a session of its own)."""
+    from engine.core.chat import continuation
+
+    first = Conversation(system="Be brief.").with_turn("user", "Name a colour.")
+    session = engine.Session(smollm2, chat_prompt(smollm2, first), max_new_tokens=6)
+    session.run()
+    reply = session.generated_text.removesuffix("<|im_end|>")
+    talk = first.with_turn("assistant", reply).with_turn("user", "Another one?")
+    added = continuation(smollm2, session.text, talk)
+    assert added is not None and added.endswith("<|im_start|>user\nAnother one?<|im_end|>\n<|im_start|>assistant\n")
+    session.insert_text(added)
+    assert session.text == chat_prompt(smollm2, talk)
+    assert continuation(smollm2, session.text + "x", talk) is None

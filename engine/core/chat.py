@@ -134,3 +134,12 @@ def thinking_markers(model) -> tuple[str, str] | None:
         except ValueError:  # a tokenizer that cannot spell it: not this model's
             continue
     return None
+
+
+def continuation(model, text: str, conversation: Conversation) -> str | None:
+    """What to insert after a session's text so that it reads as the conversation's prompt (the next turns in the
+    template's own words), or None where the template does not write the conversation as that text continued
+    (one that rewrites earlier turns): the chat then starts a session of its own. A chat kept in one session
+    keeps every reply in its tree: an edited turn is a branch at that turn."""
+    prompt = chat_prompt(model, conversation)
+    return prompt[len(text) :] if prompt.startswith(text) and len(prompt) > len(text) else None
