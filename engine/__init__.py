@@ -3,6 +3,15 @@
 from engine.backends.gguf.control_vector import load_steering_vector, save_steering_vector
 from engine.backends.llamacpp.threads import DEFAULT_THREADS_RULE, check_threads, default_threads, max_threads
 from engine.core import __version__
+from engine.core.chat import (
+    Conversation,
+    Turn,
+    chat_prompt,
+    continuation,
+    default_system,
+    has_template,
+    thinking_markers,
+)
 from engine.core.checks import UnknownCharacterError
 from engine.core.commands import LIMITS, CommandTool
 from engine.core.compare import Comparison, compare
@@ -42,4 +51,5 @@ __all__ = [
     "SteeringVector", "steering_preview", "steering_vector", "save_steering_vector", "load_steering_vector",
     "serve_main", "load_rules", "save_rules", "rules_from_json", "rules_to_json",
     "load_session_file", "save_session_file", "session_document",
+    "Conversation", "Turn", "chat_prompt", "continuation", "default_system", "has_template", "thinking_markers",
 ]  # fmt: skip

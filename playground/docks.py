@@ -11,11 +11,13 @@ from .widgets.scroll_column import ScrollColumn
 RIGHT = Qt.DockWidgetArea.RightDockWidgetArea
 BOTTOM = Qt.DockWidgetArea.BottomDockWidgetArea
 MAX_SIDE = 16384  # px: a remembered window size past this is not a window's
-STATE_VERSION = 2  # saveState's version: a state saved by another layout of docks is not restored
+STATE_VERSION = 3  # saveState's version: a state saved by another layout of docks is not restored
 
 # objectName, title, the window's attribute for the panel, tooltip, scrolls (a tall panel scrolls in a short dock)
 DOCKS = (
     ("chartDock", "Chart", "chart", "The distribution of the selected token (or the next one)", False),
+    ("chatDock", "Chat", "chat_panel", "The conversation your message joins in chat mode: its system prompt and "
+     "turns", False),
     ("rulesDock", "Rules", "rules_panel", "Rules that act when the text matches", True),
     ("samplersDock", "Samplers", "sampler_scroll",
      "Penalties, DRY, XTC, typical-p, top-n-σ, logit bias, and the order of the stages", False),
@@ -30,6 +32,7 @@ DOCKS = (
 )  # fmt: skip
 TABBED = (
     "rulesDock",
+    "chatDock",
     "samplersDock",
     "seedsDock",
     "treeDock",

@@ -1,6 +1,7 @@
 """The features the window is built of. Each is a folder (its panel, its GUI side, its worker-side commands); a new
 feature is its folder, a line in each list here, and its panel's place in the window (main_window, docks)."""
 
+from .chat.chatting import Chatting
 from .compare.commands import CompareCommands
 from .compare.comparing import Comparing
 from .documents.commands import DocumentCommands
@@ -31,5 +32,5 @@ WORKER_COMMANDS = (TreeCommands, InsideCommands, SteerCommands, SeedCommands, Ru
 # made by the controller, in this order, each given the controller as its host (controller.<its name>): traces and
 # models first (the others ask whether a trace is viewed or a model loads); documents, then recovery, last (they
 # open a session through the others; recovery autosaves what documents make)
-WINDOW_SIDES = (Traces, Loading, Ruling, Seeding, Scoring, Comparing, Branches, LookingInside, Steering, Watching,
+WINDOW_SIDES = (Traces, Loading, Chatting, Ruling, Seeding, Scoring, Comparing, Branches, LookingInside, Steering, Watching,
                 Documents, Recovery)  # fmt: skip

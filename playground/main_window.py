@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 
 import engine
 
+from .chat.panel import ChatPanel
 from .compare.panel import ComparisonPanel
 from .controller import Controller
 from .docks import Docks
@@ -84,6 +85,7 @@ class MainWindow(QMainWindow):
         self.tree_panel = TreePanel()
         self.inside_panel = InsidePanel()
         self.steer_panel = SteerPanel()
+        self.chat_panel = ChatPanel()
         self.insert_edit = QLineEdit(objectName="insertTextEdit")
         self.insert_edit.setPlaceholderText("Text to write into the model's output, as if it had said it")
         self.insert_edit.setMinimumWidth(self.insert_edit.fontMetrics().horizontalAdvance("Text to write in"))

@@ -17,6 +17,7 @@ class PromptCheck:
         self.insert_edit, self.insert_error = window.insert_edit, window.insert_error
         self.model = model
         self._checked = (None, None)  # (key, problem) of the last prompt checked
+        self.prompt_for = lambda message: self.model.chat_prompt(message)  # chat mode's (playground/chat/ sets it)
 
     def set_model(self, model) -> None:
         self.model = model
@@ -27,7 +28,7 @@ class PromptCheck:
         controls = self.controls
         text = controls.prompt.toPlainText()
         healing = controls.samplers.values()["heal"]
-        key = (CHAT_KEY if self._chat_format() else "", healing, text)
+        key = (CHAT_KEY + self.prompt_text() if self._chat_format() else "", healing, text)  # the turns count too
         if key != self._checked[0]:
             problem, position = self._prompt_problem()
             warning = None
@@ -44,7 +45,7 @@ class PromptCheck:
         the model's chat template."""
         text = self.controls.prompt.toPlainText()
         if self._chat_format() and text:
-            return self.model.chat_prompt(text)
+            return self.prompt_for(text)
         return text
 
     def insert_ok(self) -> bool:

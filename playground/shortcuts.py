@@ -55,9 +55,17 @@ def bring_forward(widget) -> None:
 
 def views(window) -> list[tuple[str, object]]:
     """(name, widget) of the views a person switches between, in the order of their keys Alt+1, Alt+2, ..."""
-    found = [("Rules", "rules_panel"), ("Samplers", "sampler_scroll"), ("Seeds", "seeds_panel"),
-             ("Tree", "tree_panel"), ("Inside", "inside_panel"), ("The text", "token_view"), ("The chart", "chart"),
-             ("The prompt", "controls.prompt")]  # fmt: skip
+    found = [
+        ("Rules", "rules_panel"),
+        ("Samplers", "sampler_scroll"),
+        ("Seeds", "seeds_panel"),
+        ("Tree", "tree_panel"),
+        ("Inside", "inside_panel"),
+        ("The text", "token_view"),
+        ("The chart", "chart"),
+        ("The prompt", "controls.prompt"),
+        ("Chat", "chat_panel"),
+    ]  # fmt: skip (a new view: the next key)
     shown = []
     for name, path in found:
         widget = window

@@ -124,7 +124,20 @@ def test_no_import_circle(folder):
 
 # The window's features: each folder holds one feature's panel, GUI side and worker-side commands. A feature imports
 # the host (playground's top-level modules and widgets/) and the engine, never another feature: the host wires them.
-FEATURES = ("compare", "inside", "documents", "models", "rules", "samplers", "seeds", "steer", "strip", "tree", "watch")
+FEATURES = (
+    "chat",
+    "compare",
+    "inside",
+    "documents",
+    "models",
+    "rules",
+    "samplers",
+    "seeds",
+    "steer",
+    "strip",
+    "tree",
+    "watch",
+)
 
 
 def feature_of(module: str) -> str | None:

@@ -22,7 +22,7 @@ import engine
 from playground import MainWindow
 from playground.widgets.eliding_combo import ElidingComboBox
 
-DOCKS = ("chartDock", "samplersDock", "rulesDock", "seedsDock", "treeDock", "insideDock", "steerDock", "compareDock",
+DOCKS = ("chartDock", "samplersDock", "rulesDock", "chatDock", "seedsDock", "treeDock", "insideDock", "steerDock", "compareDock",
          "stripDock")  # fmt: skip
 SIZES = (QSize(1024, 700), QSize(1366, 768), QSize(1600, 1000))
 
@@ -95,7 +95,7 @@ def test_nothing_is_clipped_in_the_default_layout_nor_with_any_dock_in_front(qtb
     for name in DOCKS:
         shown = dock(window, name)
         window.show_panel(shown.widget() if name in ("chartDock", "compareDock", "stripDock", "samplersDock", "insideDock",
-                                                            "steerDock")
+                                                            "steerDock", "chatDock")
                           else shown.widget().widget())  # fmt: skip
         qtbot.wait(30)
         assert seen(shown) and window.size() == size, name

@@ -95,11 +95,16 @@ def checked_budget(budget) -> int | None:
     return budget
 
 
+def has_template(model) -> bool:
+    """Whether the model has a chat template the engine renders (a server that keeps its own: no)."""
+    return bool(getattr(model, "has_chat_template", lambda: False)())
+
+
 def chat_prompt(model, conversation: Conversation) -> str:
     """The text the model reads: the conversation through its chat template, the assistant's turn next.
     ValueError where the model has no template (plain mode is what is left) or the template refuses it."""
     render = getattr(model.tokenizer, "messages_prompt", None)
-    if render is None or not model.has_chat_template():
+    if render is None or not has_template(model):
         raise ValueError(f"{model.name} has no chat template: use the plain prompt")
     return render(conversation.messages())
 
@@ -107,7 +112,7 @@ def chat_prompt(model, conversation: Conversation) -> str:
 def default_system(model) -> str | None:
     """The system text the template writes where a conversation gives none (None: it writes none). Found by
     rendering one user turn with and without a system message and taking what stands where the system's would."""
-    if not model.has_chat_template():
+    if not has_template(model) or not hasattr(model.tokenizer, "messages_prompt"):
         return None
     render = model.tokenizer.messages_prompt
     alone = render([{"role": "user", "content": PROBE_USER}])

@@ -1,0 +1,97 @@
+"""The window's side of chat mode: the Conversation the prompt box's message joins (engine/core/chat.py). With
+Chat format on, the session's prompt is the conversation and the box's message rendered through the model's own
+template (PromptCheck asks `prompt_for`); Keep the reply makes that message and the reply written to it turns of
+the conversation, so the next message follows them; Edit turn takes a turn and those after it back (a message of
+the person's returns to the box). A new model starts a new conversation."""
+
+from dataclasses import replace
+
+from PySide6.QtCore import QObject
+
+import engine
+
+OFF = "Chat format is off: the prompt box is sent as it is. Tick Chat format to talk to the model in turns."
+NO_TEMPLATE = "{name} has no chat template: the prompt box is sent as it is (plain mode)."
+
+
+class Chatting(QObject):
+    name = "chatting"
+
+    def __init__(self, host):
+        """host: the controller: its window, model, prompts (PromptCheck), the session view it knows, idle."""
+        super().__init__(host)
+        self.host, self.window = host, host.window
+        self.panel, self.controls = host.window.chat_panel, host.window.controls
+        self.conversation = engine.Conversation()
+        host.prompts.prompt_for = self.prompt_for
+        self.panel.keepRequested.connect(self.keep)
+        self.panel.editRequested.connect(self.edit)
+        self.panel.clearRequested.connect(self.clear)
+        self.panel.systemChanged.connect(self._changed)
+        self.controls.chat_format.toggled.connect(lambda _on: self.refresh())
+        host.idle.connect(self.refresh)
+        host.modelChanged.connect(self.model_changed)
+        self.model_changed(host.model)
+
+    def model_changed(self, model) -> None:
+        """Another model: its template, its default system text; the turns of the last model's chat go."""
+        self.conversation = engine.Conversation()
+        self.panel.set_default_text(engine.default_system(model))
+        self.refresh()
+
+    def now(self) -> engine.Conversation:
+        """The conversation as the panel shows it (its system prompt as set there)."""
+        return replace(self.conversation, system=self.panel.system_prompt())
+
+    def prompt_for(self, message: str) -> str:
+        """The prompt a session gets in chat mode: the conversation, then the message as the user's turn."""
+        return engine.chat_prompt(self.host.model, self.now().with_turn("user", message))
+
+    def reply(self) -> str | None:
+        """What the model wrote to the box's message in the session shown (its end token left out), or None."""
+        model, message = self.host.model, self.controls.prompt.toPlainText()
+        if not self._chatting() or not message or self.host.known.view.prompt != self.prompt_for(message):
+            return None
+        steps = self.window.token_view.steps()
+        if steps and steps[-1].token_id in model.end_token_ids:
+            steps = steps[:-1]
+        return "".join(step.token for step in steps) or None
+
+    def keep(self) -> None:
+        reply = self.reply()
+        if reply is None:
+            return
+        message = self.controls.prompt.toPlainText()
+        self.conversation = self.conversation.with_turn("user", message).with_turn("assistant", reply)
+        self.controls.prompt.setPlainText("")  # the next message
+        self.refresh()
+
+    def edit(self, index: int) -> None:
+        if not 0 <= index < len(self.conversation.turns):
+            return
+        turn = self.conversation.turns[index]
+        self.conversation = replace(self.conversation, turns=self.conversation.turns[:index])
+        if turn.role == "user":
+            self.controls.prompt.setPlainText(turn.content)
+        self.refresh()
+
+    def clear(self) -> None:
+        self.conversation = engine.Conversation()
+        self.refresh()
+
+    def _changed(self) -> None:
+        self.host.check_prompt()  # the prompt the box makes changed with the system prompt
+        self.refresh()
+
+    def _chatting(self) -> bool:
+        chat = self.controls.chat_format
+        return chat.isChecked() and chat.isEnabled()
+
+    def refresh(self) -> None:
+        model = self.host.model
+        if not engine.has_template(model):
+            self.panel.set_note(NO_TEMPLATE.format(name=model.name))
+        else:
+            self.panel.set_note("" if self._chatting() else OFF)
+        turns = [(turn.role, turn.content) for turn in self.conversation.turns]
+        self.panel.show_turns(turns, self.reply())

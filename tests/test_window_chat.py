@@ -1,0 +1,55 @@
+"""Chat mode in the window (issue 44, the window's first part): the prompt box's message joins a conversation
+kept in the Chat tab, rendered through SmolLM2's own template; Keep the reply, the next message, Edit turn and the
+system prompt, on the real window (offscreen) with SmolLM2 in the numpy engine."""
+
+import pytest
+from conftest import shown_window
+from test_window import generate, type_prompt
+
+import engine
+from engine.core.chat import Conversation, chat_prompt
+
+
+@pytest.fixture
+def chat_window(qtbot, prefs):
+    win = shown_window(qtbot, engine.load_model("smollm2", backend="numpy"), prefs)
+    win.controls.chat_format.setChecked(True)
+    win.controls.max_tokens.setValue(6)
+    win.show_panel(win.chat_panel)
+    yield win
+    win.close()
+
+
+def test_a_conversation_in_turns_with_the_templates_own_words(qtbot, chat_window):
+    win, panel = chat_window, chat_window.chat_panel
+    model = win.model
+    assert panel.system.placeholderText().startswith("You are a helpful AI assistant named SmolLM")
+    assert not panel.keep_button.isEnabled() and panel.turns.count() == 0
+    type_prompt(qtbot, win, "Name a colour.")
+    generate(qtbot, win)
+    first = Conversation().with_turn("user", "Name a colour.")
+    assert win.session().prompt == chat_prompt(model, first)  # the template's default system text, the message
+    reply = win.session().generated_text.removesuffix("<|im_end|>")
+    assert reply and panel.keep_button.isEnabled()
+    panel.keep_button.click()
+    assert [panel.turns.item(i).text().split(":")[0] for i in range(panel.turns.count())] == ["user", "assistant"]
+    assert win.controls.prompt.toPlainText() == "" and not panel.keep_button.isEnabled()
+    type_prompt(qtbot, win, "Another one?")
+    generate(qtbot, win)
+    talk = first.with_turn("assistant", reply).with_turn("user", "Another one?")
+    assert win.session().prompt == chat_prompt(model, talk)
+    # a system prompt of one's own, then none
+    panel.default_system.setChecked(False)
+    panel.system.setPlainText("Answer in one word.")
+    generate(qtbot, win)
+    assert win.session().prompt == chat_prompt(model, Conversation(talk.turns, system="Answer in one word."))
+    # Edit turn: the first message back in the box, the turns after it gone
+    panel.turns.setCurrentRow(0)
+    panel.edit_button.click()
+    assert panel.turns.count() == 0 and win.controls.prompt.toPlainText() == "Name a colour."
+
+
+def test_plain_mode_and_a_model_without_a_template_say_so(qtbot, chat_window, window):
+    chat_window.controls.chat_format.setChecked(False)
+    assert "Chat format is off" in chat_window.chat_panel.note.text()
+    assert "has no chat template" in window.chat_panel.note.text()  # the story model
