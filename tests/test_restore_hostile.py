@@ -113,6 +113,8 @@ def test_a_crashed_session_in_a_folder_that_cannot_be_written_is_still_offered(s
     ("window", {"prompt": 5, "settings": {}, "chat_format": False}, "'window.prompt' must be a string"),
     ("model", {"name": "story model", "weights_sha256": "x", "load": 5}, "'model.load' must be an object"),
     ("rules", {"when": 1}, "session field 'rules'"),
+    ("window", {"prompt": "", "settings": {}, "chat_format": True, "conversation": {"turns": [{"role": "wizard",
+     "content": "x"}]}}, "'window.conversation': turn 1's role must be one of user, assistant, tool"),
 ])  # fmt: skip
 def test_an_autosave_with_a_field_of_the_wrong_type_is_a_sentence(qtbot, story_model, prefs, data_dir, field, value,
                                                                    said):  # fmt: skip

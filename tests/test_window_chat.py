@@ -53,3 +53,29 @@ def test_plain_mode_and_a_model_without_a_template_say_so(qtbot, chat_window, wi
     chat_window.controls.chat_format.setChecked(False)
     assert "Chat format is off" in chat_window.chat_panel.note.text()
     assert "has no chat template" in window.chat_panel.note.text()  # the story model
+
+
+def test_a_clean_quit_keeps_the_conversation(qtbot, chat_window, prefs, data_dir):
+    """Hot exit: the turns, the system prompt and the message being written come back after a restart (the
+    autosave holds them: the test waits for it, as the window's close may find the worker still scoring)."""
+    win, panel = chat_window, chat_window.chat_panel
+    type_prompt(qtbot, win, "Name a colour.")
+    generate(qtbot, win)
+    panel.keep_button.click()
+    panel.default_system.setChecked(False)
+    panel.system.setPlainText("Answer in one word.")
+    type_prompt(qtbot, win, "Another one?")
+    kept = win.controller.chatting.now()
+    model = win.model
+
+    def autosaved():
+        window = engine.load_session_file(data_dir / "sessions" / "autosave.json")["window"]
+        return window["prompt"] == "Another one?" and window.get("conversation") == kept.to_dict()
+
+    qtbot.waitUntil(autosaved, timeout=60000)
+    win.close()
+    again = shown_window(qtbot, model, prefs)
+    assert again.controller.chatting.now() == kept
+    assert again.chat_panel.turns.count() == 2 and not again.chat_panel.default_system.isChecked()
+    assert again.controls.prompt.toPlainText() == "Another one?"
+    again.close()

@@ -8,7 +8,8 @@ its autosave and hot exit; `python -m engine replay` reads one as it reads a tra
      "trace": the session's trace (engine/core/trace.py: its text, every branch of the tree, its settings, every
               action, the steering in force as its "heads" and "vector" actions), or null before the first step,
      "rules": the Rules table, as a rules file holds it (engine/core/rules_file.py), command rules too,
-     "window": {"prompt": the prompt box as typed, "settings": the controls' settings, "chat_format": bool}}
+     "window": {"prompt": the prompt box as typed, "settings": the controls' settings, "chat_format": bool,
+                "conversation": chat mode's turns (optional: engine.Conversation.to_dict)}}
 
 A session file is data, as a trace is: opening one runs nothing. Its command rules are read, but a command runs only
 once a person ticks Allow commands (the window opens every session with it off). Written atomically; read within
@@ -124,6 +125,13 @@ def _check_window(window) -> None:
         raise ValueError("session field 'window.prompt' must be a string")
     if not isinstance(window.get("chat_format"), bool):
         raise ValueError("session field 'window.chat_format' must be true or false")
+    if window.get("conversation") is not None:
+        from engine.core.chat import Conversation
+
+        try:
+            Conversation.from_dict(window["conversation"])
+        except ValueError as error:
+            raise ValueError(f"session field 'window.conversation': {error}") from None
     settings = window.get("settings")
     if not isinstance(settings, dict):
         raise ValueError("session field 'window.settings' must be an object of settings")

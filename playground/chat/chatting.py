@@ -6,7 +6,7 @@ the person's returns to the box). A new model starts a new conversation."""
 
 from dataclasses import replace
 
-from PySide6.QtCore import QObject
+from PySide6.QtCore import QObject, Signal
 
 import engine
 
@@ -15,6 +15,7 @@ NO_TEMPLATE = "{name} has no chat template: the prompt box is sent as it is (pla
 
 
 class Chatting(QObject):
+    changed = Signal()  # the conversation changed (a session document holds it)
     name = "chatting"
 
     def __init__(self, host):
@@ -37,7 +38,7 @@ class Chatting(QObject):
         """Another model: its template, its default system text; the turns of the last model's chat go."""
         self.conversation = engine.Conversation()
         self.panel.set_default_text(engine.default_system(model))
-        self.refresh()
+        self.refresh(changed=True)
 
     def now(self) -> engine.Conversation:
         """The conversation as the panel shows it (its system prompt as set there)."""
@@ -64,7 +65,7 @@ class Chatting(QObject):
         message = self.controls.prompt.toPlainText()
         self.conversation = self.conversation.with_turn("user", message).with_turn("assistant", reply)
         self.controls.prompt.setPlainText("")  # the next message
-        self.refresh()
+        self.refresh(changed=True)
 
     def edit(self, index: int) -> None:
         if not 0 <= index < len(self.conversation.turns):
@@ -73,21 +74,32 @@ class Chatting(QObject):
         self.conversation = replace(self.conversation, turns=self.conversation.turns[:index])
         if turn.role == "user":
             self.controls.prompt.setPlainText(turn.content)
-        self.refresh()
+        self.refresh(changed=True)
 
     def clear(self) -> None:
         self.conversation = engine.Conversation()
-        self.refresh()
+        self.refresh(changed=True)
 
     def _changed(self) -> None:
         self.host.check_prompt()  # the prompt the box makes changed with the system prompt
-        self.refresh()
+        self.refresh(changed=True)
+
+    def restore(self, data: dict | None) -> None:
+        """A session document's conversation (checked when the file was read; None: none)."""
+        conversation = engine.Conversation() if data is None else engine.Conversation.from_dict(data)
+        self.conversation = engine.Conversation(conversation.turns, thinking_budget=conversation.thinking_budget)
+        self.panel.default_system.setChecked(conversation.system is None)
+        self.panel.system.setPlainText(conversation.system or "")
+        self.refresh(changed=True)
 
     def _chatting(self) -> bool:
         chat = self.controls.chat_format
         return chat.isChecked() and chat.isEnabled()
 
-    def refresh(self) -> None:
+    def refresh(self, changed: bool = False) -> None:
+        """The tab as the conversation and the session shown are now; changed: the conversation itself changed."""
+        if changed:
+            self.changed.emit()
         model = self.host.model
         if not engine.has_template(model):
             self.panel.set_note(NO_TEMPLATE.format(name=model.name))

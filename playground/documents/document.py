@@ -2,7 +2,8 @@
 window shows, and compared with the last one saved. No Qt: the worker's thread makes documents, the GUI's compares.
 
 What the window gives (its "state", a plain dict the GUI makes and the worker reads):
-    {"window": {"prompt", "settings", "chat_format"}, "rules": [a rules file's JSON], "document": {"path", "modified"}}
+    {"window": {"prompt", "settings", "chat_format", "conversation"}, "rules": [a rules file's JSON],
+     "document": {"path", "modified"}}
 "document" is kept in the autosave only (hot exit: which file the session was, and whether it had unsaved changes).
 """
 

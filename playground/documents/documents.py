@@ -47,7 +47,7 @@ class Documents(QObject):
         host.modelChanged.connect(lambda _model: self.show_title())
         controls = host.window.controls
         for signal in (controls.prompt.textChanged, controls.chat_format.toggled, controls.samplers.changed,
-                       host.window.rules_panel.rulesChanged):  # fmt: skip
+                       host.window.rules_panel.rulesChanged, host.chatting.changed):  # fmt: skip
             signal.connect(lambda *_: self.show_title())
 
     def begin(self) -> None:
@@ -63,7 +63,8 @@ class Documents(QObject):
         except ValueError:
             pass  # a row half typed: the rules as they last read whole
         state = {"window": {"settings": controls.settings(), "prompt": controls.prompt.toPlainText(),
-                            "chat_format": controls.chat_format.isChecked()}, "rules": list(self._rules)}  # fmt: skip
+                            "chat_format": controls.chat_format.isChecked(),
+                            "conversation": self.host.chatting.now().to_dict()}, "rules": list(self._rules)}  # fmt: skip
         if with_document:
             state["document"] = {"path": None if self.path is None else str(self.path), "modified": self.modified}
         return state

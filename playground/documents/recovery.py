@@ -102,7 +102,7 @@ class Recovery(QObject):
         controller.worker.changed.connect(self._on_changed)
         controls = self.window.controls
         for signal in (controls.prompt.textChanged, controls.chat_format.toggled, controls.samplers.changed,
-                       self.window.rules_panel.rulesChanged):  # fmt: skip
+                       self.window.rules_panel.rulesChanged, controller.chatting.changed):  # fmt: skip
             signal.connect(lambda *_: self.want_save())
 
     def _on_changed(self, view) -> None:

@@ -118,11 +118,13 @@ class Reopening:
         controls = self.window.controls
         controls.set_settings(window["settings"])
         controls.chat_format.setChecked(window["chat_format"])
+        self.host.chatting.restore(window.get("conversation"))  # before the prompt: the turns make it too
         typed, note = window["prompt"], ""
         if len(typed) > MAX_REMEMBERED_PROMPT:  # a long line takes the window minutes to lay out (remembered.py)
             note = f"The prompt box held {len(typed):,} characters: it shows the first {MAX_REMEMBERED_PROMPT:,}"
         controls.prompt.setPlainText(typed[:MAX_REMEMBERED_PROMPT])
-        if trace is not None and self.host.prompts.prompt_text() != trace["prompt"]:
+        chatting = window["chat_format"] and window.get("conversation") is not None  # the turns and the box, as left
+        if trace is not None and not chatting and self.host.prompts.prompt_text() != trace["prompt"]:
             controls.chat_format.setChecked(False)
             controls.prompt.setPlainText(trace["prompt"][:MAX_REMEMBERED_PROMPT])
             note = ""
