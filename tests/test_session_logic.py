@@ -435,6 +435,7 @@ def test_a_trace_of_every_kind_of_action_replays_bit_for_bit_in_the_same_chunks(
     session.delete_branch(grown.nodes[1])
     session.delete_branch(grown.nodes[2])
     session.undo_tree_edit()  # the last delete taken back
+    session.set_thinking_budget("a", "d", 3)  # logged; replay runs no budget (what it inserts is in the log)
     trace = session.trace()
     # "heads" and "vector" need a model whose layers the engine runs: replayed in tests/test_inside.py and
     # tests/test_steering_vectors.py

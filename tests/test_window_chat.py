@@ -69,8 +69,9 @@ def test_a_clean_quit_keeps_the_conversation(qtbot, chat_window, prefs, data_dir
     model = win.model
 
     def autosaved():
-        window = engine.load_session_file(data_dir / "sessions" / "autosave.json")["window"]
-        return window["prompt"] == "Another one?" and window.get("conversation") == kept.to_dict()
+        path = data_dir / "sessions" / "autosave.json"
+        window = engine.load_session_file(path)["window"] if path.exists() else {}
+        return window.get("prompt") == "Another one?" and window.get("conversation") == kept.to_dict()
 
     qtbot.waitUntil(autosaved, timeout=60000)
     win.close()

@@ -97,7 +97,7 @@ def checked_budget(budget) -> int | None:
 
 def has_template(model) -> bool:
     """Whether the model has a chat template the engine renders (a server that keeps its own: no)."""
-    return bool(getattr(model, "has_chat_template", lambda: False)())
+    return model.has_chat_template()
 
 
 def chat_prompt(model, conversation: Conversation) -> str:

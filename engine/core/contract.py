@@ -175,6 +175,8 @@ class Backend(Protocol):
 
     def chat_prompt(self, user_text: str) -> str: ...
 
+    def has_chat_template(self) -> bool: ...  # this model's template renders here (its tokenizer's messages_prompt)
+
     def describe(self) -> dict: ...  # the trace's "model" field: name and weights_sha256 at least
 
     def close(self) -> None: ...

@@ -26,6 +26,9 @@ class RemoteModel(Server):
     def open_context(self) -> RemoteContext:
         return RemoteContext(self)
 
+    def has_chat_template(self) -> bool:
+        return False  # the server keeps its template
+
     def chat_prompt(self, user_text: str) -> str:
         raise ValueError(f"{self.name}: the server's chat template is not available here; send the text as it is")
 

@@ -179,6 +179,9 @@ class OllamaModel(RemoteModel):
     def open_context(self) -> OllamaContext:
         return OllamaContext(self)
 
+    def has_chat_template(self) -> bool:
+        return bool(self.tokenizer.chat_template)  # the GGUF file's, rendered here
+
     def chat_prompt(self, user_text: str) -> str:
         """The GGUF file's own chat template (Ollama is sent raw text: its template is not applied)."""
         return self.tokenizer.chat_prompt(user_text)

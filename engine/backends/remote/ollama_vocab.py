@@ -121,6 +121,13 @@ class OllamaTokenizer:
     def chat_prompt(self, user_text: str) -> str:
         return self.gguf.chat_prompt(user_text)
 
+    def messages_prompt(self, messages: list[dict]) -> str:
+        return self.gguf.messages_prompt(messages)
+
+    @property
+    def chat_template(self) -> str | None:
+        return self.gguf.chat_template
+
     def piece(self, token_id: int) -> str:
         """A token's own text, as a local model's step shows it."""
         if token_id not in self._pieces:
