@@ -137,26 +137,29 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
         if body.stream:
             events = streamed(runs, request_id, kind, body)
             return Stream(events, headers=headers, ping=600, send_timeout=send_seconds)
-        done = []
+        done, gone = [], False
         for make in runs:
             run = await anyio.to_thread.run_sync(make)
+            name = trace_name(request_id, run)  # each choice's own trace and watched request
             async with lock:
-                started(run, request_id)
+                started(run, name)
                 stepper = stepper_for(run, pace)
                 try:
                     asked = time.monotonic()
                     async for _piece in stepper:
-                        stepped(run, request_id)
+                        stepped(run, name)
                         if time.monotonic() - asked > GONE_SECONDS:  # a client that went away stops its generation
-                            if await request.is_disconnected():
+                            if gone := await request.is_disconnected():
                                 break
                             asked = time.monotonic()
                 except ValueError as error:  # the model failed mid-generation (not the request)
                     return JSONResponse(error_body(f"the generation failed: {error}", None, "server_error"), 500)
                 finally:
                     await stepper.close()
-                    ended(run, request_id)
+                    ended(run, name)
             done.append(run)
+            if gone:  # no choice more for a client that is not there
+                break
         if any(run.trace_error is not None for run in done):
             headers = {}
         return JSONResponse(whole(done, request_id, kind), headers=headers)
@@ -227,15 +230,15 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
         yield "[DONE]"
 
     async def streamed_choice(run: Run, request_id: str, kind: str, chunk_kind: str):
-        first = True
+        first, name = True, trace_name(request_id, run)  # the choice's own trace and watched request
         async with lock:
-            started(run, request_id)
+            started(run, name)
             stepper = stepper_for(run, pace)
             try:
                 try:
                     async for piece in stepper:
                         piece = joined([piece, *stepper.waiting()])
-                        stepped(run, request_id)
+                        stepped(run, name)
                         if run.tools is not None:  # the JSON form is read whole: the answer comes at the end
                             if piece.finish:
                                 yield json.dumps(envelope(request_id, chunk_kind, [tool_chunk(run)]))
@@ -247,7 +250,7 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
                 except ValueError as error:  # the model failed mid-stream: said in the stream, then it ends
                     yield json.dumps(error_body(f"the generation failed: {error}", None, "server_error"))
                 await stepper.close()
-                ended(run, request_id)  # its trace written before the end, to say so where it could not be
+                ended(run, name)  # its trace written before the end, to say so where it could not be
                 if run.trace_error is not None:
                     yield json.dumps(
                         dict(envelope(request_id, chunk_kind, []), trace=None, trace_error=run.trace_error)
@@ -256,7 +259,7 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
                 if not run.ended:
                     with anyio.CancelScope(shield=True):  # a cancelled stream's scope cancels every await in it again
                         await stepper.close()
-                    ended(run, request_id)
+                    ended(run, name)
 
     def envelope(request_id: str, kind: str, choices: list) -> dict:
         out = {"id": request_id, "object": kind, "created": int(time.time()), "model": served, "choices": choices}
@@ -297,7 +300,7 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
         trace = run.session.trace() if written and (traces is not None or watchers) else None
         if traces is not None and written:
             try:
-                save_trace(trace, traces / f"{trace_name(request_id, run)}.json")
+                save_trace(trace, traces / f"{request_id}.json")
             except (OSError, ValueError) as error:  # a full disk loses the trace, never the answer
                 run.trace_error = f"the trace was not kept: {error}"
         if watchers:
