@@ -22,6 +22,13 @@ WEATHER = {"type": "function", "function": {
 ASK = [{"role": "user", "content": "What is 2 plus 3? Use the add tool."}]
 
 
+def deep(levels: int) -> dict:
+    schema = {"type": "string"}
+    for _ in range(levels):
+        schema = {"type": "array", "items": schema}
+    return schema
+
+
 class Sum(BaseModel):
     a: int
     b: int
@@ -103,6 +110,10 @@ def test_response_format_json_schema_and_json_object_always_parse(url):
     ({"tools": [ADD], "tool_choice": {"type": "function", "function": {"name": "mul"}}}, "tools", "tool_choice"),
     ({"tools": [ADD], "grammar": "root ::= \"x\""}, "tools", "give one of grammar, response_format and tools"),
     ({"functions": [ADD["function"]]}, "functions", "send `tools`"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"schema": deep(40)}}}, "response_format",
+     "nest more than 32 deep"),
+    ({"response_format": {"type": "json_object", "schema": {"type": "string", "x-extra": 1}}}, "response_format",
+     "'x-extra' is not supported"),
 ])  # fmt: skip
 def test_what_a_grammar_cannot_enforce_is_a_400_naming_it(url, change, field, said):
     answer = httpx.post(f"{url}/chat/completions", json={"model": "smollm2", "messages": ASK, **change}, timeout=60)

@@ -42,6 +42,7 @@ ENFORCED = {
 DESCRIPTIVE = {"title", "description", "default", "examples", "$schema", "$id", "$comment", "strict", "name",
                "deprecated", "readOnly", "writeOnly"}  # fmt: skip
 MAX_SCHEMA_CHARS = 64_000
+MAX_SCHEMA_DEPTH = 32  # nested schemas (a client's 10,000 levels would end the checker's recursion)
 TOOL_PROMPT = ("You can call these tools (JSON schema of each one's arguments):\n{tools}\n"
                'Answer with one JSON object: {{"tool_call": {{"name": <a tool\'s name>, "arguments": {{...}}}}}} to '
                'call a tool, or {{"response": <your answer>}} to answer. Once a tool has returned what you need, '
@@ -53,13 +54,19 @@ def checked_schema(schema, where: str) -> dict:
     describes; ValueError naming the first other, and where it is."""
     if not isinstance(schema, dict):
         raise ValueError(f"{where} must be a JSON schema (an object), got {type(schema).__name__}")
-    if len(json.dumps(schema)) > MAX_SCHEMA_CHARS:
+    try:
+        size = len(json.dumps(schema))
+    except (ValueError, RecursionError):
+        raise ValueError(f"{where} is not a JSON schema this server reads") from None
+    if size > MAX_SCHEMA_CHARS:
         raise ValueError(f"{where} is over {MAX_SCHEMA_CHARS:,} characters")
     _check_keywords(schema, where)
     return schema
 
 
-def _check_keywords(schema, where: str) -> None:
+def _check_keywords(schema, where: str, depth: int = 0) -> None:
+    if depth > MAX_SCHEMA_DEPTH:
+        raise ValueError(f"{where}: schemas nest more than {MAX_SCHEMA_DEPTH} deep")
     if isinstance(schema, bool):
         return
     if not isinstance(schema, dict):
@@ -72,14 +79,14 @@ def _check_keywords(schema, where: str) -> None:
             if not isinstance(value, dict):
                 raise ValueError(f"{where}.{key} must be an object of schemas")
             for name, sub in value.items():
-                _check_keywords(sub, f"{where}.{key}.{name}")
+                _check_keywords(sub, f"{where}.{key}.{name}", depth + 1)
         elif key in ("items", "additionalProperties") and isinstance(value, (dict, bool)):
-            _check_keywords(value, f"{where}.{key}")
+            _check_keywords(value, f"{where}.{key}", depth + 1)
         elif key in ("oneOf", "anyOf", "allOf", "prefixItems"):
             if not isinstance(value, list):
                 raise ValueError(f"{where}.{key} must be a list of schemas")
             for i, sub in enumerate(value):
-                _check_keywords(sub, f"{where}.{key}[{i}]")
+                _check_keywords(sub, f"{where}.{key}[{i}]", depth + 1)
 
 
 def schema_grammar(schema: dict) -> str:
