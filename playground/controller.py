@@ -222,15 +222,18 @@ class Controller(QObject):
         self.window.insert_edit.clear()
 
     def continue_from_here(self) -> None:
-        index = self.window.token_view.selected
-        if self.running or index < 0 or not self.known.exists:
-            return
-        if self.settings_refused():
+        if self.window.token_view.selected >= 0:
+            self.branch_from(self.window.token_view.selected + 1)
+
+    def branch_from(self, keep: int) -> None:
+        """Keep the session's first `keep` steps and generate on under the controls' settings: a new branch (the
+        Tree keeps the old one). Continue from here; chat's Regenerate (keep 0)."""
+        if self.running or keep < 0 or not self.known.exists or self.settings_refused():
             return
         self.window.token_view.select(-1)
         self.window.continue_button.setEnabled(False)
         self._begin_run()
-        self.continueFrom.emit(index + 1, self.window.controls.settings())
+        self.continueFrom.emit(keep, self.window.controls.settings())
 
     # --- checks --------------------------------------------------------------------------------------------------
     def check_prompt(self) -> bool:

@@ -80,3 +80,22 @@ def test_a_clean_quit_keeps_the_conversation(qtbot, chat_window, prefs, data_dir
     assert again.chat_panel.turns.count() == 2 and not again.chat_panel.default_system.isChecked()
     assert again.controls.prompt.toPlainText() == "Another one?"
     again.close()
+
+
+def test_regenerate_writes_another_reply_and_the_tree_keeps_the_first(qtbot, chat_window):
+    win, panel = chat_window, chat_window.chat_panel
+    win.controls.temperature.setValue(1.0)
+    win.controls.seed.setValue(3)
+    type_prompt(qtbot, win, "Name a colour.")
+    generate(qtbot, win)
+    session = win.session()
+    first, first_path = session.generated_text, list(session.path)
+    assert panel.regenerate_button.isEnabled()
+    with qtbot.waitSignal(win.controller.idle, timeout=60000):
+        panel.regenerate_button.click()
+    win.controller.flush()
+    assert win.controls.seed.value() == 4 and win.session() is session  # the same session, a new branch
+    assert session.settings.seed == 4 and session.generated_text != first
+    assert session.path != first_path and not set(first_path) & session.tree.deleted  # the first: a branch kept
+    assert "".join(session.tree.nodes[n].step.token for n in first_path) == first
+    assert session.prompt == win.controller.chatting.prompt_for("Name a colour.")

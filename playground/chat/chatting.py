@@ -26,6 +26,7 @@ class Chatting(QObject):
         self.conversation = engine.Conversation()
         host.prompts.prompt_for = self.prompt_for
         self.panel.keepRequested.connect(self.keep)
+        self.panel.regenerateRequested.connect(self.regenerate)
         self.panel.editRequested.connect(self.edit)
         self.panel.clearRequested.connect(self.clear)
         self.panel.systemChanged.connect(self._changed)
@@ -66,6 +67,14 @@ class Chatting(QObject):
         self.conversation = self.conversation.with_turn("user", message).with_turn("assistant", reply)
         self.controls.prompt.setPlainText("")  # the next message
         self.refresh(changed=True)
+
+    def regenerate(self) -> None:
+        """Another reply to the box's message: the next seed, from the session's start (a branch in its tree)."""
+        if self.reply() is None:
+            return
+        seed = self.controls.seed
+        seed.setValue(seed.value() + 1 if seed.value() < seed.maximum() else 0)
+        self.host.branch_from(0)
 
     def edit(self, index: int) -> None:
         if not 0 <= index < len(self.conversation.turns):

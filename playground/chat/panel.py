@@ -23,6 +23,7 @@ ROW_CHARS = 200  # of a long turn, its start in the list (the whole text in the 
 
 class ChatPanel(QWidget):
     keepRequested = Signal()  # keep the reply (and the message that asked for it) as turns
+    regenerateRequested = Signal()  # another reply to the same message
     editRequested = Signal(int)  # edit this turn: it and the turns after it go
     clearRequested = Signal()
     systemChanged = Signal()  # the system prompt or its default box changed
@@ -44,18 +45,22 @@ class ChatPanel(QWidget):
         self.keep_button = QPushButton("Keep the reply", objectName="chatKeepButton")
         self.keep_button.setToolTip("the message in the prompt box and the reply the model wrote become turns of "
                                     "the conversation; type the next message and Generate")  # fmt: skip
+        self.regenerate_button = QPushButton("Regenerate", objectName="chatRegenerateButton")
+        self.regenerate_button.setToolTip("another reply to the same message, with the next seed (the Tree keeps "
+                                          "the one before as a branch)")  # fmt: skip
         self.edit_button = QPushButton("Edit turn", objectName="chatEditButton")
         self.edit_button.setToolTip("the selected turn and those after it go; a message of yours comes back to the "
                                     "prompt box to change and send again")  # fmt: skip
         self.clear_button = QPushButton("Clear", objectName="chatClearButton")
         self.keep_button.clicked.connect(self.keepRequested)
+        self.regenerate_button.clicked.connect(self.regenerateRequested)
         self.edit_button.clicked.connect(lambda: self.editRequested.emit(self.turns.currentRow()))
         self.clear_button.clicked.connect(self.clearRequested)
         self.turns.currentRowChanged.connect(lambda row: self.edit_button.setEnabled(row >= 0))
         self.default_system.toggled.connect(self._default_toggled)
         self.system.textChanged.connect(self.systemChanged)
         buttons = QHBoxLayout()
-        for button in (self.keep_button, self.edit_button, self.clear_button):
+        for button in (self.keep_button, self.regenerate_button, self.edit_button, self.clear_button):
             buttons.addWidget(button)
         buttons.addStretch(1)
         layout = QVBoxLayout(self)
@@ -94,6 +99,7 @@ class ChatPanel(QWidget):
             item.setToolTip(text)
             self.turns.addItem(item)
         self.keep_button.setEnabled(bool(reply))
+        self.regenerate_button.setEnabled(bool(reply))
         self.edit_button.setEnabled(self.turns.currentRow() >= 0)
         self.clear_button.setEnabled(bool(turns))
 
