@@ -17,7 +17,7 @@ class PromptCheck:
         self.insert_edit, self.insert_error = window.insert_edit, window.insert_error
         self.model = model
         self._checked = (None, None)  # (key, problem) of the last prompt checked
-        self.prompt_for = lambda message: self.model.chat_prompt(message)  # chat mode's (playground/chat/ sets it)
+        self.prompt_for = lambda model, message: model.chat_prompt(message)  # chat mode's (playground/chat/ sets it)
 
     def set_model(self, model) -> None:
         self.model = model
@@ -28,7 +28,7 @@ class PromptCheck:
         controls = self.controls
         text = controls.prompt.toPlainText()
         healing = controls.samplers.values()["heal"]
-        key = (CHAT_KEY + self.prompt_text() if self._chat_format() else "", healing, text)  # the turns count too
+        key = (self._chat_key(), healing, text)
         if key != self._checked[0]:
             problem, position = self._prompt_problem()
             warning = None
@@ -45,7 +45,7 @@ class PromptCheck:
         the model's chat template."""
         text = self.controls.prompt.toPlainText()
         if self._chat_format() and text:
-            return self.prompt_for(text)
+            return self.prompt_for(self.model, text)  # the model these checks are for (a switch updates both)
         return text
 
     def insert_ok(self) -> bool:
@@ -60,6 +60,15 @@ class PromptCheck:
             return False
         self.insert_error.hide()
         return True
+
+    def _chat_key(self) -> str:
+        """In chat mode the whole prompt (the conversation's turns too) decides whether to check again."""
+        if not self._chat_format():
+            return ""
+        try:
+            return CHAT_KEY + self.prompt_text()
+        except ValueError as error:  # _prompt_problem says it where the prompt is checked
+            return CHAT_KEY + str(error)
 
     def _chat_format(self) -> bool:
         return self.controls.chat_format.isChecked() and self.controls.chat_format.isEnabled()

@@ -136,6 +136,9 @@ class FakeStreamingBackend:
     def open_context(self) -> "FakeStreamingContext":
         return FakeStreamingContext(self)
 
+    def has_chat_template(self) -> bool:
+        return False
+
     def chat_prompt(self, user_text: str) -> str:
         raise ValueError("no chat template")
 

@@ -98,4 +98,4 @@ def test_regenerate_writes_another_reply_and_the_tree_keeps_the_first(qtbot, cha
     assert session.settings.seed == 4 and session.generated_text != first
     assert session.path != first_path and not set(first_path) & session.tree.deleted  # the first: a branch kept
     assert "".join(session.tree.nodes[n].step.token for n in first_path) == first
-    assert session.prompt == win.controller.chatting.prompt_for("Name a colour.")
+    assert session.prompt == win.controller.chatting.prompt_for(win.model, "Name a colour.")

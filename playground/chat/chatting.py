@@ -45,14 +45,20 @@ class Chatting(QObject):
         """The conversation as the panel shows it (its system prompt as set there)."""
         return replace(self.conversation, system=self.panel.system_prompt())
 
-    def prompt_for(self, message: str) -> str:
-        """The prompt a session gets in chat mode: the conversation, then the message as the user's turn."""
-        return engine.chat_prompt(self.host.model, self.now().with_turn("user", message))
+    def prompt_for(self, model, message: str) -> str:
+        """The prompt a session gets in chat mode: the conversation, then the message as the user's turn (ValueError
+        for a model without a template, as the prompt check shows it)."""
+        return engine.chat_prompt(model, self.now().with_turn("user", message))
 
     def reply(self) -> str | None:
         """What the model wrote to the box's message in the session shown (its end token left out), or None."""
         model, message = self.host.model, self.controls.prompt.toPlainText()
-        if not self._chatting() or not message or self.host.known.view.prompt != self.prompt_for(message):
+        if not self._chatting() or not message or not engine.has_template(model):
+            return None
+        try:
+            if self.host.known.view.prompt != self.prompt_for(model, message):
+                return None
+        except ValueError:  # a template that refuses the conversation: the prompt check says why
             return None
         steps = self.window.token_view.steps()
         if steps and steps[-1].token_id in model.end_token_ids:
