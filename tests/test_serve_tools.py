@@ -152,3 +152,25 @@ def test_gemma3_answers_completions_in_a_json_schema_and_says_it_has_no_chat_tem
             assert chat.status_code == 400 and "no chat template" in chat.json()["error"]["message"]
     finally:
         model.close()
+
+
+class Point(BaseModel):
+    x: int
+    y: int
+
+
+class Line(BaseModel):
+    start: Point
+    end: Point
+
+
+def test_a_tool_whose_parameters_refer_to_their_own_definitions_still_fits(url):
+    """Pydantic writes nested models as $defs and "#/$defs/..." references: nested in the answer's schema they are
+    moved to its root (each tool's under its own prefix), so the call still fits the tool's schema."""
+    draw = {"type": "function", "function": {"name": "draw", "description": "Draw a line",
+                                             "parameters": Line.model_json_schema()}}  # fmt: skip
+    answer = ask(url, messages=[{"role": "user", "content": "Draw a line from 0,0 to 2,3."}], tools=[draw, ADD],
+                 tool_choice={"type": "function", "function": {"name": "draw"}}, max_tokens=64)  # fmt: skip
+    (call,) = answer.choices[0].message.tool_calls
+    assert answer.choices[0].finish_reason == "tool_calls"
+    assert call.function.name == "draw" and Line.model_validate_json(call.function.arguments)

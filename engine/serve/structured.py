@@ -129,11 +129,16 @@ class ToolPlan:
         return TOOL_PROMPT.format(tools=tools)
 
     def grammar(self) -> str:
-        calls = [{"type": "object", "properties": {"name": {"const": f["name"]}, "arguments": f["parameters"]},
-                  "required": ["name", "arguments"]} for f in self.functions]  # fmt: skip
+        defs, calls = {}, []
+        for i, function in enumerate(self.functions):  # each one's $defs moved to the root, where "#/$defs/" points
+            parameters = _hoisted(function["parameters"], f"f{i}_", defs)
+            calls.append({"type": "object", "properties": {"name": {"const": function["name"]},
+                                                           "arguments": parameters},
+                          "required": ["name", "arguments"]})  # fmt: skip
         call = {"type": "object", "properties": {"tool_call": {"oneOf": calls}}, "required": ["tool_call"]}
         answer = {"type": "object", "properties": {"response": {"type": "string"}}, "required": ["response"]}
-        return schema_grammar(call if self.required else {"oneOf": [call, answer]})
+        root = call if self.required else {"oneOf": [call, answer]}
+        return schema_grammar({**root, "$defs": defs} if defs else root)
 
     def answer(self, text: str) -> tuple[str | None, list[dict]]:
         """What the model wrote -> (content, tool_calls). Text that is not the form (a run cut short by max_tokens)
@@ -150,6 +155,23 @@ class ToolPlan:
         if isinstance(data, dict) and isinstance(data.get("response"), str):
             return data["response"], []
         return text, []
+
+
+def _hoisted(schema: dict, prefix: str, defs: dict) -> dict:
+    """A function's parameters with its own definitions ($defs, definitions) added to `defs` under `prefix` and
+    its references pointed there: nested in the answer's schema, "#/$defs/X" would look in the wrong place."""
+    own = {**schema.get("definitions", {}), **schema.get("$defs", {})}
+    renamed = {f"#/{where}/{name}": f"#/$defs/{prefix}{name}" for where in ("$defs", "definitions") for name in own}
+
+    def pointed(node):
+        if isinstance(node, dict):
+            return {key: renamed.get(value, value) if key == "$ref" else pointed(value) for key, value in node.items()
+                    if key not in ("$defs", "definitions") or node is not schema}  # fmt: skip
+        return [pointed(item) for item in node] if isinstance(node, list) else node
+
+    for name, definition in own.items():
+        defs[prefix + name] = pointed(definition)
+    return pointed(schema)
 
 
 def tool_plan(tools: list | None, tool_choice) -> ToolPlan | None:
