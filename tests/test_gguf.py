@@ -224,3 +224,23 @@ def _mappings_over(address: int, size: int, smaps: str) -> list[dict]:
             key, _, value = line.partition(":")
             mappings[-1][key] = value.strip()
     return mappings
+
+
+def test_a_cache_being_written_by_another_process_is_left_alone_and_a_dead_writers_is_swept(tiny, cache_dir):
+    """Two test workers loaded SmolLM2 at once from a cold cache: the first to finish swept the other's temporary
+    directory while it was being written (FileNotFoundError at meta.json). A fresh temporary directory is another
+    writer's now; one untouched for an hour was left by a writer that died."""
+    from engine.backends.gguf.cache import STALE_SECONDS
+
+    path, _ = tiny
+    engine.load_model(path, backend="numpy")
+    (entry,) = (cache_dir / "gguf").iterdir()
+    writing, dead = (cache_dir / "gguf" / f"{entry.name}.tmp{n}" for n in ("writing", "dead"))
+    for folder in (writing, dead):
+        folder.mkdir()
+        (folder / "weights.npy").write_bytes(b"half")
+    long_ago = time.time() - STALE_SECONDS - 60
+    os.utime(dead, (long_ago, long_ago))
+    os.utime(path, ns=(time.time_ns(), time.time_ns() + 10**9))  # the file changed: its cache is written again
+    engine.load_model(path, backend="numpy")
+    assert writing.is_dir() and (writing / "weights.npy").read_bytes() == b"half" and not dead.exists()

@@ -14,6 +14,7 @@ import math
 import os
 import shutil
 import tempfile
+import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
@@ -131,10 +132,18 @@ def write_cache(directory: Path, config, weights, spec, tokenizer, name, file_sh
         meta["digest"] = _meta_digest(meta)
         (tmp / "meta.json").write_text(json.dumps(meta))
         _remove(directory)
-        os.replace(tmp, directory)
+        try:
+            os.replace(tmp, directory)
+        except OSError:  # another process put its cache of the same file there first: that one serves (verified
+            if not directory.is_dir():  # on every read); this one goes
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+STALE_SECONDS = 3600  # a temporary cache directory untouched this long was left by a writer that died
 
 
 class CacheRebuiltWarning(UserWarning):
@@ -261,12 +270,18 @@ def _cached_spec(spec: dict, vocab_size: int) -> dict:
 
 
 def prune_other_caches(keep: Path, source: str) -> None:
-    """Remove this file's older caches (it changed since) and half-written temporary directories."""
+    """Remove this file's older caches (it changed since) and temporary directories left half written (untouched
+    for STALE_SECONDS: a fresh one is another process writing its cache now, as two test workers do)."""
     for entry in keep.parent.iterdir():
         if entry == keep:
             continue
         if ".tmp" in entry.name:
-            shutil.rmtree(entry, ignore_errors=True)
+            try:
+                stale = time.time() - entry.stat().st_mtime > STALE_SECONDS
+            except OSError:  # gone meanwhile: its writer renamed it into place
+                continue
+            if stale:
+                shutil.rmtree(entry, ignore_errors=True)
             continue
         try:
             if json.loads((entry / "meta.json").read_text()).get("source") == source:
