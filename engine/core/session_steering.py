@@ -42,7 +42,7 @@ class Steering:
             return False
         opening, closing, budget = self.thinking
         start = self.text.rfind(opening)
-        if start < 0 or closing in self.text[start:]:
+        if start < 0 or self.text.find(closing, start) >= 0:
             return False
         taken = len(self.steps) - bisect.bisect_left(self._text_lengths, start + len(opening))  # tokens after it
         if taken < budget or len(self.steps) >= self.settings.max_new_tokens:
@@ -51,9 +51,7 @@ class Steering:
         if len(token_ids) > self.model.context_length - len(self.ids):
             return False
         self.interrupt()
-        steps = self._insert(list(token_ids), "rule", heal=False)
-        self._log({"kind": "insert", "token_ids": list(token_ids), "source": "rule"})
-        return bool(steps)
+        return bool(self._insert_logged(list(token_ids), "rule", heal=False))
 
     def set_rules(self, rules) -> tuple[Rule, ...]:
         """Replace the rules from the next step on (the rules panel calls this when a person edits it). All
@@ -132,9 +130,7 @@ class Steering:
         token_ids = [int(t) for t in token_ids]
         self._check_room(len(token_ids))
         self.interrupt()
-        steps = self._insert(token_ids, source)
-        self._log({"kind": "insert", "token_ids": token_ids, "source": source})
-        return self._handed_to_caller(steps)
+        return self._handed_to_caller(self._insert_logged(token_ids, source))
 
     def choose(self, options, source="forced") -> list[Step]:
         """The next tokens spell one of the options: the one the model, under the current settings, finds
@@ -157,6 +153,13 @@ class Steering:
         steps = self._append(self._context.force(self.ids, self.text, kept, source, self.settings, options))
         if cut:
             self._healing = b"".join(self._healer().pieces[i] for i in token_ids[-cut:])
+        return steps
+
+    def _insert_logged(self, token_ids: list[int], source: str, heal: bool = True) -> list[Step]:
+        """_insert, logged as an "insert" action once its steps exist (insert_tokens, a rule, the thinking budget):
+        replay repeats the ids, never the rule."""
+        steps = self._insert(token_ids, source, heal=heal)
+        self._log({"kind": "insert", "token_ids": list(token_ids), "source": source})
         return steps
 
     def _choose(self, options, encoded, source) -> list[Step]:
@@ -189,8 +192,7 @@ class Steering:
             steps = self._choose(list(plan.options), list(plan.encoded), "rule")
             self._log({"kind": "choose", "options": list(plan.options), "source": "rule"})
         else:
-            steps = self._insert(list(plan.token_ids), plan.source)
-            self._log({"kind": "insert", "token_ids": list(plan.token_ids), "source": plan.source})
+            steps = self._insert_logged(list(plan.token_ids), plan.source)
         if rule.client and steps:  # to its end, the bytes healing left for the model to spell included
             healed = len((self._healing or b"").decode("utf-8", "replace"))
             self.client_spans.append((start, len(self.text) + healed))

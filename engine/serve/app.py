@@ -37,7 +37,7 @@ from engine.serve.answers import choice_chunk, tool_chunk, whole_choice
 from engine.serve.checks import BadRequest, checked_model, guarded
 from engine.serve.guard import Guard, error_body
 from engine.serve.requests import CHAT_MAX_TOKENS, COMPLETION_MAX_TOKENS, MAX_CHOICES, ChatRequest, CompletionRequest
-from engine.serve.runs import Run, joined
+from engine.serve.runs import Run, joined, usage
 from engine.serve.stepping import stepper_for
 from engine.serve.structured import response_grammar, template_messages, tool_plan
 from engine.serve.watch import Watchers
@@ -178,17 +178,9 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
         if seed + body.n - 1 > MAX_SEED:
             raise BadRequest(f"seed: choice i takes seed + i, so with n = {body.n} the seed must be at most "
                              f"{MAX_SEED - body.n + 1}", "seed")  # fmt: skip
-        made = [
-            guarded(
-                lambda: made_run(body, prompt, top_logprobs, min(default_max, room), plan, seed),
-                fields=type(body).model_fields,
-            )
-        ]  # fmt: skip (the first checks the request: a 400 now)
-        later = [
-            partial(made_run, body, prompt, top_logprobs, min(default_max, room), plan, seed + i, i)
-            for i in range(1, body.n)
-        ]  # fmt: skip (choice i: seed + i, as checked)
-        return [lambda: made[0], *later]
+        make = partial(made_run, body, prompt, top_logprobs, min(default_max, room), plan)
+        first = guarded(lambda: make(seed), fields=type(body).model_fields)  # it checks the request: a 400 now
+        return [lambda: first, *(partial(make, seed + i, i) for i in range(1, body.n))]  # choice i: seed + i
 
     def structured(body, plan) -> None:
         """The grammar that response_format or the tools ask for, in the request's `grammar` (one of the three)."""
@@ -312,12 +304,6 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
 def trace_name(request_id: str, run: Run) -> str:
     """A choice's trace: the request's id, then -1, -2... for the choices after the first (`n`)."""
     return request_id if run.index == 0 else f"{request_id}-{run.index}"
-
-
-def usage(runs: list[Run]) -> dict:
-    """The prompt once, every choice's tokens."""
-    prompt, completion = len(runs[0].session.prompt_ids), sum(len(run.session.steps) for run in runs)
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
 async def parsed_body(request: Request, kind):

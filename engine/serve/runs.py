@@ -11,6 +11,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
+from engine.core.scoring import score
 from engine.core.session import Session
 from engine.core.steps import Step
 
@@ -39,7 +40,7 @@ class Run:
         """echo: the answer starts with the prompt (its tokens' log-probabilities too, the first None, as vLLM
         gives them); generate False: nothing after it (`max_tokens: 0`, only with echo)."""
         self.session, self.stops, self.top_logprobs, self.index = session, stops, top_logprobs, index  # index: `n`
-        self.echo, self.generate = echo, generate
+        self.echo_pending, self.generate = echo, generate
         self.echo_text, self.echo_tokens = "", []  # the prompt and its log-probabilities, once echoed
         self.tools = tools  # a chat request's structured.ToolPlan: its answer is read as tool calls (None: text)
         self.sent = 0  # characters of the generated text handed out
@@ -55,7 +56,7 @@ class Run:
         """One inference pass (or a rule's insertion) -> the new Piece; None once the text has ended."""
         if self.finish_reason is not None:
             return None
-        echoed = self._echoed() if self.echo and not self.echo_text else Piece("")
+        echoed = self._echoed() if self.echo_pending else Piece("")
         if not self.generate:
             self.finish_reason = "length"
             return Piece(echoed.text, echoed.tokens, self.finish_reason)
@@ -87,10 +88,8 @@ class Run:
     def _echoed(self) -> Piece:
         """The prompt as the answer's first piece: its text, and (asked for) each token's log-probabilities, read
         in one pass (engine.score) on the stepping thread, as a step is."""
-        from engine.core.scoring import score
-
         session = self.session
-        self.echo_text = session.prompt_text
+        self.echo_text, self.echo_pending = session.prompt_text, False
         if self.top_logprobs is not None:
             ids, tokenizer = session.prompt_ids, session.model.tokenizer
             first = tokenizer.decode(ids[:1])
@@ -110,10 +109,6 @@ class Run:
         if steps and steps[-1].token_id in self.session.model.end_token_ids and text.endswith(steps[-1].token):
             return text[: len(text) - len(steps[-1].token)]
         return text
-
-    def usage(self) -> dict:
-        prompt, completion = len(self.session.prompt_ids), len(self.session.steps)
-        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
     def _release(self, end: int) -> str:
         text = self.content()[self.sent : max(self.sent, end)]
@@ -138,6 +133,12 @@ class Run:
         ][: self.top_logprobs]
         return {"token": step.token, "logprob": _log(step.model_probability), "id": step.token_id,
                 "bytes": list(_bytes(tokenizer, step.token_id, step.token)), "top_logprobs": top}  # fmt: skip
+
+
+def usage(runs: list[Run]) -> dict:
+    """OpenAI's usage of an answer: the prompt once, every choice's tokens."""
+    prompt, completion = len(runs[0].session.prompt_ids), sum(len(run.session.steps) for run in runs)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
 def _log(p: float | None) -> float:
