@@ -18,7 +18,7 @@ class LeastConfidentList(QListWidget):
         self.setToolTip("the 10 least confident generated tokens (the prompt's are not listed; forced, rule and tool "
                         "tokens are marked): click one to select it")  # fmt: skip
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)  # a long token is cut, not scrolled
-        self.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # its value, step and mark stay; the whole in its tooltip
+        self.setTextElideMode(Qt.TextElideMode.ElideRight)  # its value, step and mark stay; the whole in its tooltip
         self.itemClicked.connect(lambda item: self.stepClicked.emit(item.data(Qt.ItemDataRole.UserRole)))
         self._shown: list[tuple[int, str]] | None = None
 

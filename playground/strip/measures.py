@@ -72,6 +72,8 @@ def readout_tip(prompt: float | None, prompt_note: str | None) -> str:
 
 
 def least_row(values: np.ndarray, index: int, token: str, source: str = "model") -> str:
-    """A "least confident" list row: the value, the step number, the token, and who chose it where the model did
-    not ("forced", "rule", "tool")."""
-    return f"{values[index]:5.2f}  {index + 1:>4}  {token!r}" + (f"  {source}" if source in INSERTED else "")
+    """A "least confident" list row: the value, the step number, who chose the token where the model did not
+    ("forced", "rule", "tool": before the token, so that a narrow list cuts the token's end, never the mark), the
+    token."""
+    mark = f"{source}  " if source in INSERTED else ""
+    return f"{values[index]:5.2f}  {index + 1:>4}  {mark}{token!r}"
