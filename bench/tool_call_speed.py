@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import engine  # noqa: E402
 from engine.serve.app import make_app  # noqa: E402
-from engine.serve.structured import template_messages, tool_plan  # noqa: E402
 from engine.serve.threaded import serving  # noqa: E402
+from engine.serve.tools import template_messages, tool_plan  # noqa: E402
 
 ADD = {"type": "function", "function": {
     "name": "add", "description": "Add two whole numbers",

@@ -7,9 +7,12 @@ from engine.core.chat import (
     Conversation,
     Turn,
     chat_prompt,
-    continuation,
     default_system,
     has_template,
+    prompt_tokens,
+    reasoning_markers,
+    resume_at,
+    split_thinking,
     thinking_markers,
 )
 from engine.core.checks import UnknownCharacterError
@@ -51,5 +54,6 @@ __all__ = [
     "SteeringVector", "steering_preview", "steering_vector", "save_steering_vector", "load_steering_vector",
     "serve_main", "load_rules", "save_rules", "rules_from_json", "rules_to_json",
     "load_session_file", "save_session_file", "session_document",
-    "Conversation", "Turn", "chat_prompt", "continuation", "default_system", "has_template", "thinking_markers",
+    "Conversation", "Turn", "chat_prompt", "default_system", "has_template", "prompt_tokens", "reasoning_markers", "resume_at",
+    "split_thinking", "thinking_markers",
 ]  # fmt: skip

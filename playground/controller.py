@@ -98,12 +98,12 @@ class Controller(QObject):
         request = self._ready_request("generate")
         if request is None:
             return
-        self._begin_run()
+        self.begin_run()
         if self._continues(request):
             self.rules.rulesSent.emit(request["rules"])  # what the rules panel shows now (unchanged: nothing logged)
             self.continueWith.emit(request["settings"])  # carry on from where the session is
-        else:
-            self._start(request)
+        elif not self.chatting.goes_on(request, run=True):  # a chat's next turn goes on in its session
+            self.start(request)
 
     def step(self) -> None:
         request = self._ready_request("step")
@@ -113,8 +113,8 @@ class Controller(QObject):
         if self._continues(request):
             self.rules.rulesSent.emit(request["rules"])
             self.stepOnce.emit(request["settings"])
-        else:
-            self._start(request)
+        elif not self.chatting.goes_on(request, run=False):
+            self.start(request)
         self.status("")
 
     def settings_here(self) -> tuple[dict | None, bool]:
@@ -125,7 +125,7 @@ class Controller(QObject):
             return None, False
         started = not self._continues(request)
         if started:
-            self._start(request)
+            self.start(request)
         return request["settings"], started
 
     def _tree_busy(self) -> str | None:
@@ -147,9 +147,10 @@ class Controller(QObject):
     def _continues(self, request: dict) -> bool:
         """Whether the command carries on the current session (same prompt, not a trace being viewed);
         the worker then goes on, or says why it cannot."""
-        return self.known.exists and self.known.prompt == request["prompt"] and not self.traces.viewed
+        same = self.known.prompt == request["prompt"] or self.chatting.reads_as_prompt()  # a chat's: its whole text
+        return self.known.exists and same and not self.traces.viewed
 
-    def _start(self, request: dict) -> None:
+    def start(self, request: dict) -> None:
         self.known.start_sent(request["prompt"])
         self.window.uncertainty_strip.clear_prompt()  # a new session: its prompt is scored once it is idle
         self.startSession.emit(request)
@@ -217,7 +218,7 @@ class Controller(QObject):
             request = self._request(None)
             if request is None:
                 return
-            self._start(request)
+            self.start(request)
         self.insertText.emit(text)
         self.window.insert_edit.clear()
 
@@ -225,15 +226,15 @@ class Controller(QObject):
         if self.window.token_view.selected >= 0:
             self.branch_from(self.window.token_view.selected + 1)
 
-    def branch_from(self, keep: int) -> None:
-        """Keep the session's first `keep` steps and generate on under the controls' settings: a new branch (the
-        Tree keeps the old one). Continue from here; chat's Regenerate (keep 0)."""
+    def branch_from(self, keep: int, settings: dict | None = None) -> None:
+        """Keep the session's first `keep` steps and generate on under the controls' settings (or these): a new
+        branch (the Tree keeps the old one). Continue from here; chat's Regenerate."""
         if self.running or keep < 0 or not self.known.exists or self.settings_refused():
             return
         self.window.token_view.select(-1)
         self.window.continue_button.setEnabled(False)
-        self._begin_run()
-        self.continueFrom.emit(keep, self.window.controls.settings())
+        self.begin_run()
+        self.continueFrom.emit(keep, settings or self.window.controls.settings())
 
     # --- checks --------------------------------------------------------------------------------------------------
     def check_prompt(self) -> bool:
@@ -355,7 +356,7 @@ class Controller(QObject):
         else:
             self.idle.emit()
 
-    def _begin_run(self) -> None:
+    def begin_run(self) -> None:
         self.status("")  # what the last command said (exported, expanded...) is not about this run
         self.rules.skipped.run_begins()
         # the seeds shown stay until the text really changes (a step, a branch): a refused Generate keeps them

@@ -2,6 +2,7 @@
 feature is its folder, a line in each list here, and its panel's place in the window (main_window, docks)."""
 
 from .chat.chatting import Chatting
+from .chat.commands import ChatCommands
 from .compare.commands import CompareCommands
 from .compare.comparing import Comparing
 from .documents.commands import DocumentCommands
@@ -27,7 +28,7 @@ from .watch.watching import Watching
 # made by the worker, in this order (each run's changes reach the tree before the prompt is scored; on closing, the
 # second model is closed before the worker's own)
 WORKER_COMMANDS = (TreeCommands, InsideCommands, SteerCommands, SeedCommands, RuleCommands, ScoringCommands,
-                   CompareCommands, ModelCommands, DocumentCommands)  # fmt: skip
+                   CompareCommands, ModelCommands, DocumentCommands, ChatCommands)  # fmt: skip
 
 # made by the controller, in this order, each given the controller as its host (controller.<its name>): traces and
 # models first (the others ask whether a trace is viewed or a model loads); documents, then recovery, last (they

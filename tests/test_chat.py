@@ -6,7 +6,7 @@ import json
 import pytest
 
 import engine
-from engine.core.chat import Conversation, Turn, chat_prompt, default_system, thinking_markers
+from engine.core.chat import Conversation, Turn, chat_prompt, default_system, resume_at, thinking_markers
 
 THINKING = "<|im_start|>user\nWhy is the sky blue? Think first.<|im_end|>\n<|im_start|>assistant\n<think>"
 
@@ -62,6 +62,14 @@ def test_the_thinking_budget_inserts_the_closing_marker_and_replays(smollm2):
     assert "".join(step.token for step in session.steps[5:8]) == "</think>"
     assert session.generated_text.count("</think>") == 1  # once: the thinking is closed
     assert engine.replay(session.trace(), smollm2).identical
+    healing = engine.Session(smollm2, THINKING, max_new_tokens=12, heal=True)  # the marker is taken whole
+    healing.set_thinking_budget("<think>", "</think>", 5)
+    healing.run()
+    at = [step.source for step in healing.steps].index("rule")
+    assert "".join(step.token for step in healing.steps[at : at + 3]) == "</think>"
+    inserts = [action for action in healing.trace()["actions"] if action["kind"] == "insert"]
+    assert [action.get("heal") for action in inserts] == [False]  # replay heals no marker (it once cut its ">")
+    assert engine.replay(healing.trace(), smollm2).identical
     unbounded = engine.Session(smollm2, THINKING, max_new_tokens=8)
     unbounded.set_thinking_budget("<think>", "</think>", 5)
     unbounded.set_thinking_budget(None, None, None)
@@ -73,17 +81,22 @@ def test_the_thinking_budget_inserts_the_closing_marker_and_replays(smollm2):
 
 
 def test_a_conversation_grows_in_one_session_through_the_templates_own_words(smollm2):
-    """The next turn is inserted after the reply in the template's own words (continuation), so one session holds
-    the chat and its tree every reply; a text the template would not continue gets None (a session of its own)."""
-    from engine.core.chat import continuation
-
+    """The next turn is inserted after the reply in the template's own words (resume_at), so one session holds the
+    chat and its tree every reply; an edited turn rewinds to where it began; another system prompt (the session's
+    prompt no longer its start) gets None: a session of its own."""
     first = Conversation(system="Be brief.").with_turn("user", "Name a colour.")
     session = engine.Session(smollm2, chat_prompt(smollm2, first), max_new_tokens=6)
     session.run()
     reply = session.generated_text.removesuffix("<|im_end|>")
     talk = first.with_turn("assistant", reply).with_turn("user", "Another one?")
-    added = continuation(smollm2, session.text, talk)
-    assert added is not None and added.endswith("<|im_start|>user\nAnother one?<|im_end|>\n<|im_start|>assistant\n")
+    pieces = [step.token for step in session.steps]
+    keep, added = resume_at(session.prompt_text, pieces, chat_prompt(smollm2, talk))
+    assert keep == len(pieces) and added.endswith("<|im_start|>user\nAnother one?<|im_end|>\n<|im_start|>assistant\n")
     session.insert_text(added)
     assert session.text == chat_prompt(smollm2, talk)
-    assert continuation(smollm2, session.text + "x", talk) is None
+    pieces = [step.token for step in session.steps]
+    edited = first.with_turn("assistant", reply).with_turn("user", "And a fruit?")
+    keep, added = resume_at(session.prompt_text, pieces, chat_prompt(smollm2, edited))
+    assert 0 < keep < len(pieces) and "".join(pieces[:keep]).endswith("user\n") and added.startswith("And")
+    assert resume_at(session.prompt_text, pieces, session.text) == (len(pieces), "")
+    assert resume_at(session.prompt_text, pieces, chat_prompt(smollm2, Conversation(system="Be long."))) is None

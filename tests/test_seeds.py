@@ -197,3 +197,47 @@ def test_from_an_earlier_step_on_llamacpp(smollm2_llamacpp):
         other.update_settings(seed=seed)
         assert records(run.steps[seed]) == records([other.step() for _ in range(5)])
     assert records([session.step()]) == records([reference[-1]])
+
+
+@pytest.mark.parametrize("settings", [
+    dict(temperature=1.0, top_k=40),
+    dict(temperature=1.2, repeat_penalty=1.3, xtc_probability=0.5, xtc_threshold=0.1),  # XTC: a draw per seed
+])  # fmt: skip
+def test_on_llamacpp_the_seeds_go_level_by_level_and_write_what_their_own_sessions_write(smollm2_llamacpp, settings):
+    """Issue 45: many sequences in one llama_decode. 20 seeds: a group of 16 (as many as the context's sequences),
+    then 4; every path of a level read in one pass; each seed's steps are its own session's, bit for bit, and the
+    tree is the one the depth-first walk makes (one path at a time)."""
+    model, prompt = smollm2_llamacpp, "The history of computing"
+    session = engine.Session(model, prompt, max_new_tokens=10, **settings)
+    before = session._context.timing.snapshot()
+    run = session.run_seeds(range(20))
+    passes = session._context.timing.since(before).passes
+    for seed in range(20):
+        own = engine.Session(model, prompt, max_new_tokens=10, seed=seed, **settings).run()
+        assert records(run.steps[seed]) == records(own), seed
+    session._context.lockstep = lambda ids, limit: None  # the depth-first walk: one path at a time
+    before = session._context.timing.snapshot()
+    alone = session.run_seeds(range(20))
+    assert passes <= 2 * 10 < session._context.timing.since(before).passes  # a pass a level, against a pass a node
+    assert alone.nodes == run.nodes and all(records(alone.steps[s]) == records(run.steps[s]) for s in range(20))
+    assert session.text == prompt and not session.steps  # the session as it was
+    assert [s.token for s in session.run()] == [s.token for s in engine.Session(model, prompt, max_new_tokens=10,
+                                                                                 **settings).run()]  # fmt: skip
+
+
+def test_on_llamacpp_seeds_that_end_at_different_lengths_leave_the_others_exact():
+    """Paths that end (the model's end token after 2 to 40 tokens) while others go on: their cells stay until the
+    walk ends. (Removed mid-walk, the others' next tokens filled the holes out of order and llama.cpp gave other
+    rows: 7 of 16 seeds differed.) A context of 2,048: 16 paths of 40 tokens need more than the tests' usual 512."""
+    model = engine.load_model("smollm2", backend="llama.cpp", threads=1, context_length=2048)
+    prompt = model.chat_prompt("Answer with one word: yes or no? Is the sky blue?")
+    session = engine.Session(model, prompt, max_new_tokens=40, temperature=1.0)
+    before = session._context.timing.snapshot()
+    run = session.run_seeds(range(16))
+    assert session._context.timing.since(before).passes <= 41  # level by level: a pass a level
+    lengths = {len(run.steps[seed]) for seed in range(16)}
+    assert min(lengths) < 5 and max(lengths) > 10  # some end early, some go on
+    for seed in range(16):
+        own = engine.Session(model, prompt, max_new_tokens=40, temperature=1.0, seed=seed).run()
+        assert records(run.steps[seed]) == records(own), seed
+    model.close()

@@ -4,11 +4,16 @@ official `openai` client. What the model writes always parses and fits the schem
 request is read; what the grammar cannot enforce is a 400 naming it."""
 
 import json
+from pathlib import Path
 
 import httpx
 import pytest
 from pydantic import BaseModel
 from test_serve import client, served
+
+import engine
+from engine.serve.cli import use_template_file
+from engine.serve.tools import template_input, tool_plan
 
 ADD = {"type": "function", "function": {
     "name": "add", "description": "Add two whole numbers",
@@ -174,3 +179,56 @@ def test_a_tool_whose_parameters_refer_to_their_own_definitions_still_fits(url):
     (call,) = answer.choices[0].message.tool_calls
     assert answer.choices[0].finish_reason == "tool_calls"
     assert call.function.name == "draw" and Line.model_validate_json(call.function.arguments)
+
+
+HERMES = Path(__file__).resolve().parent.parent / "examples" / "chat_templates" / "hermes_tools.jinja"
+
+
+@pytest.fixture(scope="module")
+def hermes_url():
+    """SmolLM2 with a chat template that writes tools itself (the Hermes form, as Qwen 2.5's): a model of its own,
+    since the template is set on the model (`serve --chat-template-file`)."""
+    model = engine.load_model("smollm2", backend="llama.cpp", threads=1, context_length=1024)
+    use_template_file(model, HERMES)
+    with served(model, model_id="smollm2") as url:
+        yield url
+    model.close()
+
+
+def test_a_template_that_writes_tools_gets_them_and_the_model_answers_in_its_form(hermes_url):
+    """The tools go through the template (its <tools> block), the model writes <tool_call> JSON </tool_call> under
+    the grammar, the client gets OpenAI's tool_calls; the call and the tool's result go back through the template
+    (<tool_response>) and the chat goes on."""
+    answer = ask(hermes_url, messages=ASK, tools=[ADD], tool_choice="required", logprobs=True)
+    choice = answer.choices[0]
+    written = "".join(token.token for token in choice.logprobs.content)
+    assert written.startswith("<tool_call>\n{") and "</tool_call>" in written  # the template's form, not {"tool_call"
+    (call,) = choice.message.tool_calls
+    assert choice.finish_reason == "tool_calls" and call.function.name == "add"
+    assert Sum.model_validate_json(call.function.arguments) == Sum(a=2, b=3)
+    messages = [*ASK, choice.message.model_dump(exclude_none=True),
+                {"role": "tool", "tool_call_id": call.id, "content": "5"}]  # fmt: skip
+    then = ask(hermes_url, messages=messages, tools=[ADD], tool_choice="auto").choices[0].message
+    assert (then.content is None) == bool(then.tool_calls)
+    plan = tool_plan([ADD], "auto", native=True)
+    rendered = engine.load_model("smollm2", backend="numpy").tokenizer
+    rendered.use_chat_template(HERMES.read_text())
+    prompt = rendered.messages_prompt(*template_input(messages, plan, native=True))
+    assert '<tools>\n{"function": {"description": "Add two whole numbers", "name": "add"' in prompt
+    assert '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>' in prompt
+    assert "<|im_start|>user\n<tool_response>\n5\n</tool_response><|im_end|>" in prompt
+
+
+def test_a_chat_template_file_is_checked(story_model, tmp_path):
+    model = engine.load_model("smollm2", backend="numpy")
+    with pytest.raises(ValueError, match="renders no chat template here"):
+        use_template_file(story_model, HERMES)
+    with pytest.raises(ValueError, match="--chat-template-file .*missing.jinja"):
+        use_template_file(model, tmp_path / "missing.jinja")
+    (tmp_path / "big.jinja").write_text("x" * ((1 << 20) + 1))
+    with pytest.raises(ValueError, match="over 1 MB"):
+        use_template_file(model, tmp_path / "big.jinja")
+    (tmp_path / "loop.jinja").write_text("{% for i in range(10**9) %}{{ i }}{% endfor %}")
+    with pytest.raises(ValueError, match="--chat-template-file"):
+        use_template_file(model, tmp_path / "loop.jinja")
+    assert model.tokenizer.chat_template is not None and "<tool_call>" not in model.tokenizer.chat_template

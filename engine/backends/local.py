@@ -79,13 +79,14 @@ class LocalContext:
         scores = self._scores(ids) if row is None else row
         return self._maker_for(settings).distributions(scores, self._given(ids, settings, xtc_draw, prefix))
 
-    def drawn(self, ids, settings, random, prefix: bytes | None = None, dists=None) -> Step:
+    def drawn(self, ids, settings, random, prefix: bytes | None = None, dists=None, row=None) -> Step:
         """The model's step at position len(ids), drawn as every sampled step is: XTC's chance first (while XTC
         is on), then the token's own draw (none at temperature 0: the best left, the lowest id of ties).
-        dists: the distributions, where the caller has them and XTC is off (many seeds at one node)."""
+        dists: the distributions, where the caller has them and XTC is off (many seeds at one node); row: the
+        scores there, where the caller has them (lockstep)."""
         xtc_draw = random() if settings.active("xtc") else None  # XTC's chance, before the token's own draw
         if dists is None or xtc_draw is not None:
-            dists = self.distributions(ids, settings, xtc_draw, prefix)
+            dists = self.distributions(ids, settings, xtc_draw, prefix, row)
         if settings.temperature == 0:
             token_id, u = dists.final.best(), None
         else:
@@ -93,7 +94,8 @@ class LocalContext:
             token_id = dists.final.draw(u)
         healing = None if prefix is None else prefix.decode("utf-8", errors="replace")
         maker = self._maker_for(settings)
-        return maker.make(self._scores(ids), token_id, "model", dists, u, xtc_draw=xtc_draw, healing=healing)
+        scores = self._scores(ids) if row is None else row
+        return maker.make(scores, token_id, "model", dists, u, xtc_draw=xtc_draw, healing=healing)
 
     def alternatives(self, ids, settings, token_ids, dists, prefix: bytes | None = None, row=None) -> list[Step]:
         """A step for each of these tokens as the one after ids (a tree expansion's children), all read from
@@ -102,6 +104,20 @@ class LocalContext:
         maker, scores = self._maker_for(settings), self._scores(ids) if row is None else row
         healing = None if prefix is None else prefix.decode("utf-8", errors="replace")
         return [maker.make(scores, token_id, "expanded", dists, healing=healing) for token_id in token_ids]
+
+    def close(self) -> None:
+        """The cache let go now (a shared context's sequence back to its scheduler), not when collected."""
+        getattr(self.cache, "close", lambda: None)()
+
+    def lockstep(self, ids, limit: int):
+        """Many paths continuing ids for at most `limit` tokens, every path's next row in one pass (llama.cpp's
+        sequences: engine/backends/llamacpp/lockstep.py), or None: read them one by one."""
+        make = getattr(self.model, "lockstep", None)
+        if make is None or self._head_scales is not None:
+            return None
+        self._scores(ids)  # the text's own row (as a session reads it), the cache holding the text
+        self.truncate(len(ids))
+        return make(self.cache, len(ids), limit, self._residual_add, self.timing)
 
     @property
     def branches_per_pass(self) -> int:

@@ -9,6 +9,7 @@ system text a template writes where a conversation gives none (SmolLM2's "You ar
 SmolLM..."), `thinking_markers` the tags a reasoning model writes its thinking between.
 """
 
+import codecs
 from dataclasses import dataclass, field, replace
 
 ROLES = ("user", "assistant", "tool")
@@ -141,10 +142,59 @@ def thinking_markers(model) -> tuple[str, str] | None:
     return None
 
 
-def continuation(model, text: str, conversation: Conversation) -> str | None:
-    """What to insert after a session's text so that it reads as the conversation's prompt (the next turns in the
-    template's own words), or None where the template does not write the conversation as that text continued
-    (one that rewrites earlier turns): the chat then starts a session of its own. A chat kept in one session
-    keeps every reply in its tree: an edited turn is a branch at that turn."""
-    prompt = chat_prompt(model, conversation)
-    return prompt[len(text) :] if prompt.startswith(text) and len(prompt) > len(text) else None
+def resume_at(prompt: str, pieces, target: str) -> tuple[int, str] | None:
+    """How a chat kept in one session goes on to read as `target` (the conversation's next prompt): (how many of
+    the session's steps to keep, the text to insert after them), or None where the session's prompt is not the
+    start of target (the chat then starts a session of its own). pieces: the steps' texts in order. The steps
+    kept are those the target spells as they are: a next turn is inserted after the whole reply, an edited turn
+    rewinds to where it began (the tree keeps the turns after it as a branch). A session that already reads as
+    the target gives (all its steps, "")."""
+    if not target.startswith(prompt):
+        return None
+    end, keep = len(prompt), 0
+    for piece in pieces:
+        if not piece or not target.startswith(piece, end):
+            break
+        end, keep = end + len(piece), keep + 1
+    return keep, target[end:]
+
+
+def reasoning_markers(model) -> tuple[str, str, bool]:
+    """(opening, closing, whether they are the model's own): thinking_markers, or else the usual <think> tags (a
+    model that names none may still write them: the window shows such text apart and a budget bounds it)."""
+    own = thinking_markers(model)
+    return (*own, True) if own else (*THINKING[0], False)
+
+
+def split_thinking(pieces, opening: str, closing: str) -> tuple[int, int, int] | None:
+    """Where a reply's thinking is, by its steps' texts: (the step that opens it, the first step after the one that
+    closes it, or len(pieces) while it goes on; how many steps lie between the markers), or None: no thinking."""
+    text, ends = "", []
+    for piece in pieces:
+        text += piece
+        ends.append(len(text))
+    start = text.find(opening)
+    if start < 0:
+        return None
+    close = text.find(closing, start + len(opening))
+    first = next(i for i, end in enumerate(ends) if end > start)
+    inside = next((i for i, end in enumerate(ends) if end >= start + len(opening)), len(pieces)) + 1
+    if close < 0:
+        return first, len(pieces), len(pieces) - inside
+    last = next(i for i, end in enumerate(ends) if end >= close + len(closing)) + 1
+    closed_at = next(i for i, end in enumerate(ends) if end > close)
+    return first, last, max(closed_at - inside, 0)
+
+
+def prompt_tokens(model, text: str) -> list[tuple[str, bool]]:
+    """The text as the model reads it, token by token: (the token's text, whether it is a special token such as
+    <|im_start|>). A character split across tokens shows with the token that completes it."""
+    tokenizer = model.tokenizer
+    special = getattr(tokenizer, "special_ids", frozenset())
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    token_bytes = getattr(tokenizer, "token_bytes", None)
+    pieces = []
+    for token_id in tokenizer.encode(text):
+        piece = decoder.decode(token_bytes(token_id)) if token_bytes else tokenizer.decode([token_id])
+        pieces.append((piece, token_id in special))
+    return pieces

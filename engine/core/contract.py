@@ -99,6 +99,9 @@ class Context(Protocol):
         """End an open stream now (Stop, or any steering; nothing to do when none is open) -> the session's
         steps, or a new list where the stream had left some ids unknown (-1) and they are now known."""
 
+    # optional: close() -> None, the context let go now (Session.close: a shared context's sequence back to the
+    # scheduler, engine/backends/llamacpp/scheduler.py); a context without it is let go when collected
+
 
 class LocalSampling(Context, Protocol):
     """A context that samples with the engine's own chain over the whole row (capabilities.full_distribution
@@ -137,6 +140,14 @@ class LocalSampling(Context, Protocol):
     def rows_at(self, held: list[int], paths: list[list[int]]) -> list[np.ndarray]:
         """The [V] row of scores at the end of each path (a tree expansion's level), the context holding `held`
         before and the last path after; the rows each path read alone gives, bit for bit."""
+
+    def lockstep(self, ids: list[int], limit: int):
+        """Many paths continuing ids for at most `limit` tokens each, read level by level, every path's next row
+        in one forward pass (many seeds, engine/core/seeds.py): an object with `sequences` (the most paths at
+        once), `split(seq) -> seq` (a new branch sharing its parent's positions), `end(seq)`, `read([(seq, token,
+        position)]) -> [n, V] rows` and `close()` (the context as it was); None where the backend reads one path
+        at a time (llama.cpp's sequences: engine/backends/llamacpp/lockstep.py). The rows are those a path read
+        alone gives, bit for bit."""
 
     def score_chunks(self, ids: list[int], settings: Settings) -> Iterator[tuple[list[Step], np.ndarray]]:
         """Teacher forcing chunk by chunk: ([c] forced steps of ids[1:], [c, V] float32 scores they were read

@@ -58,6 +58,7 @@ def replay_session(trace: dict, model, cancelled=None, other_model: bool = False
         session = Session(model, trace["prompt"], **settings_as_recorded(trace, trace["settings"]))
     except ValueError as error:  # another model's trace: say so first, then why it cannot start
         raise ValueError(" ".join([*notes, f"replay cannot start: {error}"])) from None
+    session.conversation = trace.get("conversation")  # a chat's turns: kept with the session, not replayed
     if session.prompt_ids != trace["prompt_token_ids"]:
         difference = {"step": 0, "field": "prompt_token_ids", "token": (None, None),
                       "recorded": trace["prompt_token_ids"], "replayed": list(session.prompt_ids)}  # fmt: skip
@@ -215,7 +216,7 @@ def _perform(session, action: dict) -> None:
         session.force_token(action["token_id"])
         session.step()
     elif kind == "insert":
-        session.insert_tokens(action["token_ids"], action["source"])
+        session.insert_tokens(action["token_ids"], action["source"], action.get("heal", True))
     elif kind == "choose":
         session.choose(action["options"], action["source"])
     elif kind == "settings":

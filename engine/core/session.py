@@ -51,6 +51,7 @@ class Session(TreeCommands, Steering):
         self.steps: list[Step] = []
         self.actions: list[dict] = []  # the log that replay repeats
         self.events: list[str] = []  # what went wrong in a rule or tool, for the person to read
+        self.conversation: dict | None = None  # chat's Conversation.to_dict() the text was written in: traces keep it
         self._epochs = [Epoch(0, self.settings, 0)]  # settings in force from a step on; see update_settings
         self._context = model.open_context()  # the model's side: a KV cache, or a server's open stream
         self._stream_action: dict | None = None  # the "stream" action counting an open stream's tokens
@@ -288,6 +289,11 @@ class Session(TreeCommands, Steering):
         self.client_spans = [(start, min(stop, end)) for start, stop in self.client_spans if start < end]
 
     # --- the trace --------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Let the context go now, not when the session is collected (a shared context's sequence goes back to the
+        other sessions: engine/backends/llamacpp/scheduler.py); the session takes no step after."""
+        getattr(self._context, "close", lambda: None)()
+
     def result(self) -> GenerationResult:
         return GenerationResult(self.text, list(self.steps), self.stopped, self.settings)
 

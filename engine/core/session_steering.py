@@ -119,8 +119,9 @@ class Steering:
         one batched forward over the new positions."""
         return self.insert_tokens(encoded_nonempty(self.model.tokenizer, text, "inserted text"), source)
 
-    def insert_tokens(self, token_ids, source="forced") -> list[Step]:
-        """insert_text for token ids (replay uses it: a trace records the ids that were inserted)."""
+    def insert_tokens(self, token_ids, source="forced", heal=True) -> list[Step]:
+        """insert_text for token ids (replay uses it: a trace records the ids that were inserted). heal False: the
+        ids are taken whole even with token healing on (as the thinking budget's closing marker was)."""
         if source not in INSERTED:
             raise ValueError(f"an inserted token's source must be 'forced', 'rule' or 'tool', got {source!r}")
         if not isinstance(token_ids, (list, tuple, np.ndarray)) or len(token_ids) == 0:
@@ -130,7 +131,7 @@ class Steering:
         token_ids = [int(t) for t in token_ids]
         self._check_room(len(token_ids))
         self.interrupt()
-        return self._handed_to_caller(self._insert_logged(token_ids, source))
+        return self._handed_to_caller(self._insert_logged(token_ids, source, heal=heal is not False))
 
     def choose(self, options, source="forced") -> list[Step]:
         """The next tokens spell one of the options: the one the model, under the current settings, finds
@@ -159,7 +160,9 @@ class Steering:
         """_insert, logged as an "insert" action once its steps exist (insert_tokens, a rule, the thinking budget):
         replay repeats the ids, never the rule."""
         steps = self._insert(token_ids, source, heal=heal)
-        self._log({"kind": "insert", "token_ids": list(token_ids), "source": source})
+        self._log(
+            {"kind": "insert", "token_ids": list(token_ids), "source": source, **({} if heal else {"heal": False})}
+        )
         return steps
 
     def _choose(self, options, encoded, source) -> list[Step]:

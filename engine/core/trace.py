@@ -9,7 +9,8 @@ same.
     {"schema": "token-playground/trace/5", "engine_version", "created_utc",
      "model": {"name", "weights_sha256"}, "prompt", "prompt_text", "prompt_token_ids", "settings": {... "seed"},
      "settings_at_end" (optional: in force after the last step), "rules": [described], "actions": [...], "steps": [Step.to_dict()...], "tree": {"nodes": [...]},
-     "tree_size", "path": [the node of each step], "text", "stopped", "events"}
+     "tree_size", "path": [the node of each step], "text", "stopped", "events",
+     "conversation" (optional: a chat's Conversation.to_dict(), the turns the text was written in)}
 
 "tree" holds every branch the session took (engine/core/tree.py): nodes with an id and a parent id, each with
 its step; "path" the active branch. A "goto" action puts another branch back; "expand" grows the tree
@@ -38,6 +39,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from engine.core import __version__
+from engine.core.chat import Conversation
 from engine.core.checks import MAX_TOKEN_CHARS
 from engine.core.files import atomic_write_bytes
 from engine.core.settings import Settings
@@ -85,6 +87,7 @@ def session_trace(session, branches: str = "all", record=None) -> dict:
         "text": session.text,
         "stopped": session.stopped,
         "events": list(session.events),
+        **({"conversation": session.conversation} if session.conversation is not None else {}),
     }
 
 
@@ -153,6 +156,11 @@ def validate_trace(trace) -> None:
         except (TypeError, ValueError) as error:
             raise ValueError(f"trace field {name!r}: {error}") from None
     _check_rules("trace field 'rules'", trace["rules"])
+    if trace.get("conversation") is not None:
+        try:
+            Conversation.from_dict(trace["conversation"])
+        except ValueError as error:
+            raise ValueError(f"trace field 'conversation': {error}") from None
     for index, action in enumerate(trace["actions"]):
         _check_action(index, action)
     _check_counts(trace)
@@ -206,9 +214,13 @@ def _check_action(index, action) -> None:
     if kind == "force" and not ints([action.get("token_id")]):
         raise ValueError(f"{where}: a force needs an int 'token_id'")
     if kind == "insert" and (
-        not ints(action.get("token_ids")) or action.get("source") not in ("forced", "rule", "tool")
+        not ints(action.get("token_ids"))
+        or action.get("source") not in ("forced", "rule", "tool")
+        or not isinstance(action.get("heal", True), bool)
     ):
-        raise ValueError(f"{where}: an insert needs 'token_ids' (ints) and a source forced/rule/tool")
+        raise ValueError(
+            f"{where}: an insert needs 'token_ids' (ints), a source forced/rule/tool and heal true or false"
+        )
     if kind == "choose" and (
         not isinstance(action.get("options"), list) or not all(isinstance(o, str) for o in action["options"])
         or action.get("source") not in ("forced", "rule")

@@ -1,5 +1,5 @@
 """How answers are written: a streamed chunk's choice, the log-probabilities in OpenAI's two shapes, and a chat
-answer that may be tool calls (the generic JSON form, structured.py)."""
+answer that may be tool calls (engine/serve/tools.py)."""
 
 
 def choice_chunk(kind: str, piece, first: bool, finish: str | None, index: int = 0) -> dict:

@@ -17,6 +17,7 @@ import json
 import random
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
@@ -39,7 +40,8 @@ from engine.serve.guard import Guard, error_body
 from engine.serve.requests import CHAT_MAX_TOKENS, COMPLETION_MAX_TOKENS, MAX_CHOICES, ChatRequest, CompletionRequest
 from engine.serve.runs import Run, joined, usage
 from engine.serve.stepping import stepper_for
-from engine.serve.structured import response_grammar, template_messages, tool_plan
+from engine.serve.structured import response_grammar
+from engine.serve.tools import takes_tools, template_input, tool_plan
 from engine.serve.watch import Watchers
 
 SEND_SECONDS = 30.0  # a stream's event not taken by its client within this ends the request
@@ -48,17 +50,23 @@ GONE_SECONDS = 0.25  # how often a request that is not streamed asks whether its
 
 
 def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | None = None,
-             api_key: str | None = None, send_seconds: float = SEND_SECONDS, aliases=()) -> FastAPI:  # fmt: skip
+             api_key: str | None = None, send_seconds: float = SEND_SECONDS, aliases=(), parallel: int = 1) -> FastAPI:  # fmt: skip
     """The server for one model; rules: engine Rules every request runs with (before its own `steer`);
     send_seconds: how long a stream's event may wait for its client to read before the request ends; aliases:
-    more names a client may send as `model` (the command line's -m), beside the model's own (served_names)."""
+    more names a client may send as `model` (the command line's -m), beside the model's own (served_names);
+    parallel: requests generated at once, their tokens decoded together (llama.cpp; 1: one at a time)."""
 
     app = FastAPI(title="Token Playground", docs_url=None, redoc_url=None)
     app.add_middleware(Guard, api_key=api_key)  # the key before the body, on every path (guard.py)
     app.state.rules = tuple(rules)
     names = served_names(model, model_id, aliases)
     served = names[0]  # what the answers say
-    lock = asyncio.Lock()
+    steppers = None  # the threads requests step on: the loop's default, or one for each request let in at once
+    if parallel != 1:
+        model = shared(model, parallel)
+        steppers = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="request steps")
+    lock = asyncio.Semaphore(parallel)  # requests admitted to the model at once; the others wait their turn
+    app.state.scheduler = getattr(model, "scheduler", None)  # --parallel's (its rounds, tokens and free sequences)
     created = int(time.time())
     watchers = Watchers()
     pace = None  # seconds per step of the model's last request (stepping.stepper_for chooses by it)
@@ -123,8 +131,11 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
             raise BadRequest("max_tokens: a chat answer is at least 1 token", "max_tokens")
 
         def prepare() -> list:  # on a thread: a long conversation takes the template a while
-            plan = guarded(lambda: tool_plan(body.tools, body.tool_choice), "tools")
-            prompt = guarded(lambda: render(template_messages(body.chat_messages(), plan)), "messages")
+            native = takes_tools(
+                getattr(model.tokenizer, "chat_template", None)
+            )  # the template's own tool form, else the generic one
+            plan = guarded(lambda: tool_plan(body.tools, body.tool_choice, native), "tools")
+            prompt = guarded(lambda: render(*template_input(body.chat_messages(), plan, native)), "messages")
             top = (body.top_logprobs or 0) if body.logprobs else None
             return new_run(body, prompt, "messages", top, CHAT_MAX_TOKENS, plan)
 
@@ -143,7 +154,7 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
             name = trace_name(request_id, run)  # each choice's own trace and watched request
             async with lock:
                 started(run, name)
-                stepper = stepper_for(run, pace)
+                stepper = stepper_for(run, pace if parallel == 1 else None, steppers)  # shared: never on the loop
                 try:
                     asked = time.monotonic()
                     async for _piece in stepper:
@@ -225,7 +236,7 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
         first, name = True, trace_name(request_id, run)  # the choice's own trace and watched request
         async with lock:
             started(run, name)
-            stepper = stepper_for(run, pace)
+            stepper = stepper_for(run, pace if parallel == 1 else None, steppers)
             try:
                 try:
                     async for piece in stepper:
@@ -290,6 +301,8 @@ def make_app(model, *, model_id: str | None = None, rules=(), traces: Path | Non
             pace = run.stepping / run.taken
         written = bool(run.session.steps)  # a request that ended before its first step has no trace
         trace = run.session.trace() if written and (traces is not None or watchers) else None
+        if parallel != 1:
+            run.session.close()  # its sequence to the next request now
         if traces is not None and written:
             try:
                 save_trace(trace, traces / f"{request_id}.json")
@@ -336,6 +349,15 @@ class Stream(EventSourceResponse):
             await super().__call__(scope, receive, send)
         except SendTimeoutError:
             pass
+
+
+def shared(model, parallel: int):
+    """The model as `parallel` requests at once see it (engine/backends/llamacpp/scheduler.py), or ValueError."""
+    if not hasattr(model, "llama"):
+        raise ValueError(f"--parallel {parallel}: decoding several requests together needs the llama.cpp backend")
+    from engine.backends.llamacpp.scheduler import Shared
+
+    return Shared(model, parallel)
 
 
 def served_names(model, model_id: str | None, aliases=()) -> list[str]:

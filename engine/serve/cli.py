@@ -23,6 +23,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-c", "--context", "--ctx-size", type=int, default=None, metavar="N",
                         help="a .gguf file's context size")  # fmt: skip
     parser.add_argument("-t", "--threads", type=int, default=None, help="llama.cpp's CPU threads")
+    parser.add_argument(
+        "--chat-template-file",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="a Jinja chat template to use instead of the model file's (as llama-server's)",
+    )
+    parser.add_argument(
+        "-np",
+        "--parallel",
+        type=int,
+        default=1,
+        metavar="N",
+        help="requests generated at once, their tokens in one llama.cpp decode, each with the "
+        "context // N (as llama-server's -np; default 1: one at a time, the exact path)",
+    )
     parser.add_argument("--model-id", default=None, help="the name clients send as `model` (default: the model's own)")
     parser.add_argument("--host", default="127.0.0.1",
                         help="the address to listen on (default 127.0.0.1: this machine only; any other needs --api-key)")  # fmt: skip
@@ -70,9 +86,29 @@ def server_app(args):
 
         rules = load_rules(args.rules, allow_commands=args.allow_commands)
     model = load_model(args.model, backend=args.backend, context_length=args.context, threads=args.threads)
+    if args.chat_template_file is not None:
+        use_template_file(model, args.chat_template_file)
     aliases = () if args.model is None else (args.model,)
     return make_app(model, model_id=args.model_id, rules=rules, traces=args.traces, api_key=args.api_key,
-                    aliases=aliases)  # fmt: skip
+                    aliases=aliases, parallel=args.parallel)  # fmt: skip
+
+
+MAX_TEMPLATE_BYTES = 1 << 20
+
+
+def use_template_file(model, path: Path) -> None:
+    """The model renders chats with this file's template (read within 1 MB, checked as the file's own is)."""
+    use = getattr(model.tokenizer, "use_chat_template", None)
+    if use is None:
+        raise ValueError(f"--chat-template-file: {model.name} renders no chat template here (its server keeps its own)")
+    try:
+        with open(path, "rb") as file:
+            raw = file.read(MAX_TEMPLATE_BYTES + 1)
+        if len(raw) > MAX_TEMPLATE_BYTES:
+            raise ValueError(f"it is over {MAX_TEMPLATE_BYTES >> 20} MB")
+        use(raw.decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise ValueError(f"--chat-template-file {path}: {error}") from None
 
 
 def who_runs_what(args, commands: list[str]) -> str:

@@ -190,13 +190,13 @@ class ChatRequest(Sampling):
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
     max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_INT)
-    tools: list[dict] | None = Field(default=None, max_length=128)  # function tools: the generic JSON form
+    tools: list[dict] | None = Field(default=None, max_length=128)  # function tools (engine/serve/tools.py)
     tool_choice: Literal["none", "auto", "required"] | dict | None = None
     parallel_tool_calls: bool | None = None  # accepted: one call per answer in the JSON form
 
     def chat_messages(self) -> list[dict]:
         """The messages as a chat template reads them ("developer" is OpenAI's newer name for "system"), with an
-        assistant's tool calls and a tool message's call id (structured.template_messages writes them out)."""
+        assistant's tool calls and a tool message's call id (engine/serve/tools.py writes them out)."""
         out = []
         for m in self.messages:
             message = {"role": "system" if m.role == "developer" else m.role, "content": m.text()}

@@ -42,7 +42,7 @@ class Run:
         self.session, self.stops, self.top_logprobs, self.index = session, stops, top_logprobs, index  # index: `n`
         self.echo_pending, self.generate = echo, generate
         self.echo_text, self.echo_tokens = "", []  # the prompt and its log-probabilities, once echoed
-        self.tools = tools  # a chat request's structured.ToolPlan: its answer is read as tool calls (None: text)
+        self.tools = tools  # a chat request's tools.ToolPlan: its answer is read as tool calls (None: text)
         self.sent = 0  # characters of the generated text handed out
         self.tokens: list[dict] = []  # every step's log-probabilities (when asked for)
         self.watched = 0  # steps sent to the server's watchers

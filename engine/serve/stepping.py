@@ -23,7 +23,7 @@ class Stepper:
     raised here); `waiting()`: the pieces already taken and not yet handed out; `await stepper.close()` stops
     it and waits for the step in flight."""
 
-    def __init__(self, run, ahead: int = AHEAD):
+    def __init__(self, run, ahead: int = AHEAD, executor=None):
         self.run = run
         self._loop = asyncio.get_running_loop()
         self._lock = threading.Lock()  # guards _items and _waiter between the thread and the loop
@@ -31,7 +31,7 @@ class Stepper:
         self._waiter: asyncio.Future | None = None  # set while the loop waits for an item: the thread wakes it
         self._room = threading.Semaphore(ahead)  # released by the loop as it takes each piece
         self._stop = threading.Event()
-        self._done = self._loop.run_in_executor(None, self._work)
+        self._done = self._loop.run_in_executor(executor, self._work)
 
     def __aiter__(self):
         return self
@@ -105,14 +105,15 @@ FRAME = 1 / 60  # s: the steps the loop runs in one frame go out as one event (n
 FRAME_STEPS = 32  # at most, in one frame (what a client that went away may not have been sent)
 
 
-def stepper_for(run, pace: float | None):
+def stepper_for(run, pace: float | None, executor=None):
     """The stepper for a request: on the loop where the model's last request took under QUICK per step (pace;
     None: not measured yet) and no rule runs a tool (a command may take seconds), else on a thread. On a
     machine whose cores are busy each hand-off between threads waits for a core: the story model's 1-token
     request took 10-15 ms through the thread, its 48 tokens streamed 0.5-0.65x the Session in-process (with
-    the loop stepping: ~0.8x; bench/serve_speed.py)."""
+    the loop stepping: ~0.8x; bench/serve_speed.py). executor: the threads steppers run on (None: the loop's
+    default, 4 + the cores: too few for --parallel's requests, which each wait on a thread for their rows)."""
     quick = pace is not None and pace < QUICK and not any(rule.tool for rule in run.session.rules)
-    return InlineStepper(run) if quick else Stepper(run)
+    return InlineStepper(run) if quick else Stepper(run, executor=executor)
 
 
 class InlineStepper:

@@ -42,9 +42,10 @@ def checked_template(source: str | None, bos_text: str, eos_text: str) -> tuple[
     return source, None
 
 
-def render(source: str, messages: list[dict], bos_text: str, eos_text: str) -> str:
-    """The template rendered for these messages (with the generation prompt), or ValueError: TemplateLimit
-    where it ran past a limit, else the template's own error."""
+def render(source: str, messages: list[dict], bos_text: str, eos_text: str, tools: list | None = None) -> str:
+    """The template rendered for these messages (with the generation prompt; tools: OpenAI's tools, for a
+    template that takes them), or ValueError: TemplateLimit where it ran past a limit, else the template's own
+    error."""
     template = _compiled(source)
     output, size = [], 0
     tracer = _deadline_tracer(time.monotonic() + RENDER_SECONDS)
@@ -52,7 +53,7 @@ def render(source: str, messages: list[dict], bos_text: str, eos_text: str) -> s
     sys.settrace(tracer)
     try:
         for chunk in template.generate(messages=messages, add_generation_prompt=True, bos_token=bos_text,
-                                       eos_token=eos_text):  # fmt: skip
+                                       eos_token=eos_text, **({"tools": tools} if tools else {})):  # fmt: skip
             size += len(chunk)
             if size > MAX_OUTPUT_CHARS:
                 raise TemplateLimit(f"it wrote more than {MAX_OUTPUT_CHARS:,} characters")

@@ -123,12 +123,21 @@ class GGUFTokenizer:
         ]
         return self.messages_prompt(messages)
 
-    def messages_prompt(self, messages: list[dict]) -> str:
-        """A conversation ([{"role", "content"}], the assistant's turn next) through the chat template."""
+    def use_chat_template(self, source: str) -> None:
+        """Another chat template than the file's (llama-server's --chat-template-file): ValueError where it fails a
+        limit on a plain user's turn."""
+        kept, problem = checked_template(source, self.bos_text, self.eos_text)
+        if kept is None:
+            raise ValueError(problem or "the chat template is empty")
+        self.chat_template, self.chat_template_problem = kept, None
+
+    def messages_prompt(self, messages: list[dict], tools: list | None = None) -> str:
+        """A conversation ([{"role", "content"}], the assistant's turn next) through the chat template (tools:
+        OpenAI's, for a template that writes them itself)."""
         if not self.chat_template:
             raise ValueError(self.chat_template_problem or "this model file has no chat template")
         try:
-            return render(self.chat_template, messages, self.bos_text, self.eos_text)
+            return render(self.chat_template, messages, self.bos_text, self.eos_text, tools)
         except TemplateLimit as error:  # the template's fault only where a plain turn fails too
             kept, problem = checked_template(self.chat_template, self.bos_text, self.eos_text)
             if kept is not None:  # this conversation's: the next request is not refused for it

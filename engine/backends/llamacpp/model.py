@@ -21,6 +21,7 @@ from engine.backends.gguf.reader import file_sha256
 from engine.backends.llamacpp import library
 from engine.backends.llamacpp.branches import BRANCHES, forward_branches
 from engine.backends.llamacpp.cache import LlamaCppCache
+from engine.backends.llamacpp.lockstep import Lockstep
 from engine.backends.llamacpp.prompt_memo import PromptMemo
 from engine.backends.llamacpp.threads import check_threads, default_threads
 from engine.backends.llamacpp.tokenizer import LlamaCppTokenizer
@@ -204,6 +205,18 @@ class LlamaCppModel(LocalBackend):
         if cache.head_scales is not None:  # heads scaled: their callback sees one sequence; read one by one
             return None
         return forward_branches(self, branches, cache, residual_add)
+
+    def lockstep(self, cache: LlamaCppCache, start: int, limit: int, residual_add=None, timing=None) -> Lockstep | None:
+        """Up to cache.sequences paths continuing the cache's `start` positions for at most `limit` tokens each, one
+        llama_decode a level (lockstep.py), or None where the context cannot hold them (read one by one)."""
+        if not self._free.alive or not cache._free.alive:
+            raise ValueError(f"{self.name} is closed")
+        cells = start + BRANCHES * limit  # the unified cache holds every path's cells
+        if cache.head_scales is not None or cache.length != start or cells > self.context_length:
+            return None
+        if cells > cache.positions:
+            cache.grow(cells)
+        return Lockstep(self, cache, start, residual_add, timing)
 
     @property
     def heads_shape(self) -> tuple[int, int]:  # (layers, heads): what head_scales index

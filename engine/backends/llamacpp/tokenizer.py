@@ -28,6 +28,7 @@ class LlamaCppTokenizer:
 
     chat_prompt = GGUFTokenizer.chat_prompt  # the same jinja2 rendering: chat_template, bos_text, eos_text
     messages_prompt = GGUFTokenizer.messages_prompt
+    use_chat_template = GGUFTokenizer.use_chat_template
 
     def encode(self, text: str) -> list[int]:
         ids = self._tokenize(checked_text(text).encode("utf-8"), parse_special=True)

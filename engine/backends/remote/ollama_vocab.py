@@ -121,8 +121,8 @@ class OllamaTokenizer:
     def chat_prompt(self, user_text: str) -> str:
         return self.gguf.chat_prompt(user_text)
 
-    def messages_prompt(self, messages: list[dict]) -> str:
-        return self.gguf.messages_prompt(messages)
+    def messages_prompt(self, messages: list[dict], tools: list | None = None) -> str:
+        return self.gguf.messages_prompt(messages, tools)
 
     @property
     def chat_template(self) -> str | None:
