@@ -9,6 +9,10 @@
    sequence per step against one llama_decode of N tokens per step, rounds interleaved. Prints tokens/s of each
    and the ratio.
 
+3. Session.run_seeds of 16 seeds, and a tree expansion of 200 nodes (top 3), against the batched decode of 16 in
+   the same round: each node read keeping its cells as a sequence of its own (a row costs a token) against the
+   branches fed as a trie each pass (a level's cells removed after it).
+
     python bench/batching_ceiling.py [--threads 1] [--tokens 48] [--rounds 3] [--sizes 1,4,8,16]
 """
 
@@ -116,11 +120,37 @@ def seeds_rate(model, tokens: int, lockstep: bool) -> float:
     session = engine.Session(model, PROMPTS[0], max_new_tokens=tokens, temperature=0.8, top_k=40, top_p=0.95)
     session.step()
     if not lockstep:
-        session._context.lockstep = lambda ids, limit: None
+        session._context.lockstep = lambda *args, **kwargs: None
     started = time.perf_counter()
     run = session.run_seeds(range(16))
     seconds = time.perf_counter() - started
     return sum(len(steps) for steps in run.steps.values()) / seconds
+
+
+def expansion_rate(model, kept_cells: bool, nodes: int = 200) -> tuple[float, float]:
+    """Session.expand of `nodes` nodes (top 3, depth 8, the raw model) -> (rows read per second, tokens fed a row);
+    kept_cells False: each pass's branches fed as a trie from the text (branches.py)."""
+    from engine.core import expand
+
+    session = engine.Session(model, PROMPTS[0], max_new_tokens=1, temperature=0.8, top_k=40, top_p=0.95)
+    session.step()
+    if not kept_cells:
+        session._context.lockstep = lambda *args, **kwargs: None
+    rows, add_children = [0], expand._add_children
+
+    def counted(*args):  # called once for each row read
+        rows[0] += 1
+        add_children(*args)
+
+    expand._add_children = counted
+    try:
+        before = session._context.timing.snapshot()
+        started = time.perf_counter()
+        session.expand(top_k=3, depth=8, budget=nodes, raw=True)
+        seconds = time.perf_counter() - started
+    finally:
+        expand._add_children = add_children
+    return rows[0] / seconds, session._context.timing.since(before).tokens / rows[0]
 
 
 def main() -> None:
@@ -157,6 +187,12 @@ def main() -> None:
         level, depth = seeds_rate(model, args.tokens, True), seeds_rate(model, args.tokens, False)
         print(f"  level by level {level:.0f} tokens/s ({level / ceiling:.2f}x of {ceiling:.0f}); depth first "
               f"{depth:.0f} ({depth / ceiling:.2f}x)")  # fmt: skip
+    print("Session.expand, 200 nodes (top 3, depth 8, raw): rows read per second against the batched decode of 16")
+    for _ in range(args.rounds):
+        ceiling = generation_rate(model, 16, args.tokens, batched=True)
+        (kept, kept_fed), (trie, trie_fed) = expansion_rate(model, True), expansion_rate(model, False)
+        print(f"  each node's cells kept {kept:.0f} rows/s ({kept / ceiling:.2f}x of {ceiling:.0f}), {kept_fed:.2f} "
+              f"tokens a row; a trie each pass {trie:.0f} ({trie / ceiling:.2f}x), {trie_fed:.2f} tokens a row")  # fmt: skip
 
 
 if __name__ == "__main__":

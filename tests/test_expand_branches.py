@@ -81,3 +81,22 @@ def test_branches_one_pass_cannot_hold_are_left_to_be_read_one_by_one(smollm2_ll
     assert model.forward_branches([[i] for i in range(17)], cache) is None  # more than 16 sequences
     assert model.forward_branches([[i] * 40 for i in range(1, 15)], cache) is None  # 560 tokens: over the batch
     assert cache.length == len(ids)
+
+
+def test_each_node_read_keeps_its_cells_so_a_row_costs_one_token(smollm2_llamacpp, monkeypatch):
+    """A node's children are read from sequences holding their parents' cells (expand.NodeCells): each row read
+    feeds one token, its own; afterwards the text goes on as if nothing had been read."""
+    from engine.core import expand
+
+    rows, add_children = [0], expand._add_children
+    monkeypatch.setattr(expand, "_add_children", lambda *args: (rows.__setitem__(0, rows[0] + 1), add_children(*args)))
+    s = engine.Session(smollm2_llamacpp, PROMPT, max_new_tokens=6, temperature=1.0, top_k=40, seed=2)
+    twin = engine.Session(smollm2_llamacpp, PROMPT, max_new_tokens=6, temperature=1.0, top_k=40, seed=2)
+    for _ in range(3):
+        s.step(), twin.step()
+    before = s._context.timing.snapshot()
+    result = s.expand(top_k=3, depth=8, budget=120, raw=True)
+    fed = s._context.timing.since(before)
+    assert len(result.nodes) == 120 and rows[0] > 30
+    assert fed.tokens == rows[0]  # the trie of each pass fed ~3.5 tokens a row (its parents' again)
+    assert pickle.dumps(s.step()) == pickle.dumps(twin.step())

@@ -109,15 +109,16 @@ class LocalContext:
         """The cache let go now (a shared context's sequence back to its scheduler), not when collected."""
         getattr(self.cache, "close", lambda: None)()
 
-    def lockstep(self, ids, limit: int):
+    def lockstep(self, ids, limit: int, nodes: bool = False):
         """Many paths continuing ids for at most `limit` tokens, every path's next row in one pass (llama.cpp's
-        sequences: engine/backends/llamacpp/lockstep.py), or None: read them one by one."""
+        sequences: engine/backends/llamacpp/lockstep.py), or None: read them one by one. nodes: up to `limit` of
+        a tree's nodes, each keeping its path's cells (expand.py)."""
         make = getattr(self.model, "lockstep", None)
         if make is None or self._head_scales is not None:
             return None
         self._scores(ids)  # the text's own row (as a session reads it), the cache holding the text
         self.truncate(len(ids))
-        return make(self.cache, len(ids), limit, self._residual_add, self.timing)
+        return make(self.cache, len(ids), limit, self._residual_add, self.timing, nodes)
 
     @property
     def branches_per_pass(self) -> int:

@@ -141,13 +141,14 @@ class LocalSampling(Context, Protocol):
         """The [V] row of scores at the end of each path (a tree expansion's level), the context holding `held`
         before and the last path after; the rows each path read alone gives, bit for bit."""
 
-    def lockstep(self, ids: list[int], limit: int):
+    def lockstep(self, ids: list[int], limit: int, nodes: bool = False):
         """Many paths continuing ids for at most `limit` tokens each, read level by level, every path's next row
         in one forward pass (many seeds, engine/core/seeds.py): an object with `sequences` (the most paths at
-        once), `split(seq) -> seq` (a new branch sharing its parent's positions), `end(seq)`, `read([(seq, token,
-        position)]) -> [n, V] rows` and `close()` (the context as it was); None where the backend reads one path
-        at a time (llama.cpp's sequences: engine/backends/llamacpp/lockstep.py). The rows are those a path read
-        alone gives, bit for bit."""
+        once), `free` (the sequences not taken yet), `split(seq) -> seq` (a new branch sharing its parent's
+        positions), `end(seq)`, `read([(seq, token, position)]) -> [n, V] rows` and `close()` (the context as it
+        was); None where the backend reads one path at a time (llama.cpp's sequences:
+        engine/backends/llamacpp/lockstep.py). The rows are those a path read alone gives, bit for bit. nodes: a
+        tree expansion's nodes (engine/core/expand.py), up to `limit`, each read node a sequence of its own."""
 
     def score_chunks(self, ids: list[int], settings: Settings) -> Iterator[tuple[list[Step], np.ndarray]]:
         """Teacher forcing chunk by chunk: ([c] forced steps of ids[1:], [c, V] float32 scores they were read

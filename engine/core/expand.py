@@ -12,6 +12,9 @@ token or two with the cache: the cache is truncated to the shared prefix (O(1)) 
 are fed, in one pass. Each node's children are read from its one row of scores, as a forced step's record
 is (engine/backends/local.py `alternatives`); nothing is drawn, so expanding uses no random draw.
 
+Where the backend keeps many sequences (llama.cpp), each node read keeps its path's cells as a sequence of its
+own (NodeCells), so a child's row costs one token, its own: up to the context's node sequences, then as above.
+
 A level joins the tree only once it is complete: Cancel keeps the finished levels, and the session logs
 the expansion with the levels it finished, so replay makes the very same nodes.
 """
@@ -106,6 +109,7 @@ def expand(context, model, ids: list[int], start: int, settings, expansion: Expa
     what is left after a child (None: spelled). The context's cache ends truncated to len(ids)."""
     frontier = [(start, list(ids), 1.0, healing)]  # (node, its ids, its sequence's probability, its healing)
     held = [list(ids)]  # what the cache holds (boxed: each level's reading moves it)
+    cells = NodeCells(context, ids, expansion.budget)
     reached, leaves = [], {}
     expected = _expected(expansion)
     levels, per_parent = 0, float(expansion.top_k or 1)  # children a parent gives (coverage: the last level's)
@@ -118,7 +122,7 @@ def expand(context, model, ids: list[int], start: int, settings, expansion: Expa
         for _level in range(expansion.depth):
             room = expansion.budget - len(reached)
             kept, read = _level_children(
-                context, settings, expansion, frontier, room, per_parent, held, cancelled, made
+                context, settings, expansion, frontier, room, per_parent, held, cancelled, made, cells
             )
             if kept is None:
                 return _result(reached, leaves, levels, True)
@@ -139,12 +143,13 @@ def expand(context, model, ids: list[int], start: int, settings, expansion: Expa
             if not frontier or len(reached) >= expansion.budget:
                 break
     finally:
+        cells.close()
         context.truncate(len(ids))
     return _result(reached, leaves, levels, False)
 
 
 def _level_children(context, settings, expansion: Expansion, frontier, room: int, per_parent: float, held: list,
-                    cancelled, made: Callable) -> tuple[list | None, int]:  # fmt: skip
+                    cancelled, made: Callable, cells: "NodeCells") -> tuple[list | None, int]:  # fmt: skip
     """The level's likeliest `room` children as a heap of (key, parent, ids, token, step, healing), and the
     parents whose rows were read; (None, read) when cancelled. A child's key is (sequence probability,
     -parent's index, -its rank among the parent's children): ties go to the one the tree's order makes first,
@@ -156,16 +161,59 @@ def _level_children(context, settings, expansion: Expansion, frontier, room: int
     kept = []
     read = 0
     order = iter(_reading_order(frontier, room, per_parent))
-    while group := _unskipped(order, frontier, kept, room, context.branches_per_pass):
+    while group := _unskipped(order, frontier, kept, room, cells.per_pass):
         if cancelled is not None and cancelled():
             return None, read
-        rows = context.rows_at(held[0], [frontier[index][1] for index in group])
-        held[0] = frontier[group[-1]][1]
+        paths = [frontier[index][1] for index in group]
+        rows = cells.read(paths)
+        if rows is None:
+            per_pass, rows = context.branches_per_pass, []
+            for first in range(0, len(paths), per_pass):
+                rows += context.rows_at(held[0], paths[first : first + per_pass])
+                held[0] = paths[min(first + per_pass, len(paths)) - 1]
         read += len(group)
         for index, row in zip(group, rows):
             _add_children(context, settings, expansion, frontier, index, row, kept, room)
             made(len(kept))
     return kept, read
+
+
+class NodeCells:
+    """Each node read keeps its path's cells in a sequence of its own (context.lockstep with nodes: llama.cpp), so
+    its children's rows cost a token each, theirs, all in one pass; the cache's own text stays as it was. Never
+    given back mid-expansion (a sequence's cells removed leave holes that change the others' rows): once the
+    sequences are spent, or a path's parent is not held, read() says None for good and the context reads."""
+
+    PER_PASS = 32  # nodes read in one pass: a token each, so more than the trie's 16 fit (measured: 16-64 alike)
+
+    def __init__(self, context, ids: list[int], most: int):
+        self._open = context.branches_per_pass > 1  # (one branch a pass: the one-by-one reading asked for)
+        self.context, self.ids, self.most, self.lockstep = context, list(ids), most, None
+        self.seq_of = {tuple(ids): 0}  # a path -> the sequence holding its cells
+
+    @property
+    def per_pass(self) -> int:
+        """The nodes the next pass may read: PER_PASS while the sequences may be used, else the context's."""
+        return self.PER_PASS if self._open else self.context.branches_per_pass
+
+    def read(self, paths: list[list[int]]) -> list[np.ndarray] | None:
+        parents = [self.seq_of.get(tuple(path[:-1])) for path in paths]
+        if self.lockstep is None and self._open and None not in parents:
+            self.lockstep = self.context.lockstep(self.ids, self.most, nodes=True)
+            self._open = self.lockstep is not None
+        if self.lockstep is None or None in parents or len(self.lockstep.free) < len(paths):
+            self.close()  # (the text's own row, read first, is the context's)
+            return None
+        seqs = [self.lockstep.split(parent) for parent in parents]
+        rows = self.lockstep.read([(seq, path[-1], len(path) - 1) for seq, path in zip(seqs, paths)])
+        self.seq_of.update((tuple(path), seq) for seq, path in zip(seqs, paths))
+        return list(rows)
+
+    def close(self) -> None:
+        """The cache holding the text alone again; later reads are the context's."""
+        if self.lockstep is not None:
+            self.lockstep.close()
+            self._open, self.lockstep = False, None
 
 
 def _unskipped(order, frontier, kept: list, room: int, most: int) -> list[int]:

@@ -15,6 +15,7 @@ from engine.backends.llamacpp import library
 from engine.backends.llamacpp.branches import BRANCHES
 
 MAX_BATCH = 512  # tokens per llama_decode call (a longer feed is decoded in chunks)
+NODES = 128  # sequences the context holds for a tree expansion's nodes (lockstep.py), each node's cells its own
 FIRST_POSITIONS = 1024  # a session's context at first (it doubles as its text grows)
 
 
@@ -40,6 +41,11 @@ class LlamaCppCache:
     def sequences(self) -> int:
         """The sequences the context holds: BRANCHES, at most its batch (llama.cpp aborted on more)."""
         return min(BRANCHES, self.batch_size)
+
+    @property
+    def node_sequences(self) -> int:
+        """The sequences an expansion's nodes may take (each read node one): NODES, at most the batch."""
+        return min(NODES, self.batch_size)
 
     def size_for(self, positions: int) -> None:
         """This cache will hold at most `positions` (a text to score): a context not made yet is made that large
@@ -75,7 +81,7 @@ class LlamaCppCache:
         params = llama.llama_context_default_params()
         params.n_ctx = self.positions
         params.n_batch = params.n_ubatch = self.batch_size
-        params.n_seq_max = self.sequences  # a tree's branches read in one pass (branches.py)
+        params.n_seq_max = self.node_sequences  # a tree's branches, seeds' paths, an expansion's nodes
         params.kv_unified = True  # one buffer: the branches share the text's cells
         params.n_threads = params.n_threads_batch = self.model.threads
         params.no_perf = True

@@ -7,6 +7,9 @@ a path that ends is fed no more, and its cells stay until the walk ends (see `en
 sequence, and each gives a row of scores. Measured (bench/batching_ceiling.py): those rows are the ones a context
 of its own gives a token fed alone, bit for bit (SmolLM2, 1 and 2 threads, 16 sequences, 32 tokens deep); 16
 sequences read together run 1.7-1.9x the tokens/s of one at a time.
+
+A tree expansion (engine/core/expand.py's NodeCells) walks the same way with more sequences (the cache's
+node_sequences): each node it reads is a split of its parent's, so a child's row costs its own token alone.
 """
 
 import time
@@ -17,23 +20,20 @@ from engine.backends.llamacpp import library
 
 
 class Lockstep:
-    def __init__(self, model, cache, start: int, residual_add=None, timing=None):
+    def __init__(self, model, cache, start: int, residual_add=None, timing=None, sequences: int | None = None):
         """cache: holding the text's `start` positions (in sequence 0), and nothing else; timing: the context's
-        ForwardTiming, which counts each pass."""
+        ForwardTiming, which counts each pass; sequences: how many it may use (default cache.sequences)."""
         self.model, self.cache, self.start, self.timing = model, cache, start, timing
-        self.free = list(range(cache.sequences - 1, 0, -1))  # sequence 0 is the text's, then the first path's
+        self.sequences = cache.sequences if sequences is None else sequences
+        self.free = list(range(self.sequences - 1, 0, -1))  # sequence 0 is the text's, then the first path's
         self.ctx = cache.opened()
         cache.set_additions(residual_add)
-
-    @property
-    def sequences(self) -> int:
-        return self.cache.sequences
 
     def split(self, parent: int) -> int:
         """A sequence for a new branch of `parent`'s path: its cells, shared (not copied). ValueError: none free
         (a group of seeds needs at most one sequence a seed: each path ends in a leaf some seed reached)."""
         if not self.free:
-            raise ValueError(f"more than {self.cache.sequences} paths at once")
+            raise ValueError(f"more than {self.sequences} paths at once")
         seq = self.free.pop()
         self.model.llama.llama_memory_seq_cp(self.cache.memory, parent, seq, -1, -1)
         return seq
@@ -66,7 +66,7 @@ class Lockstep:
     def close(self) -> None:
         """The cache as it was: the text alone, in sequence 0."""
         llama, memory = self.model.llama, self.cache.memory
-        for seq in range(1, self.cache.sequences):
+        for seq in range(1, self.sequences):
             llama.llama_memory_seq_rm(memory, seq, -1, -1)
         llama.llama_memory_seq_rm(memory, 0, self.start, -1)
         self.cache.length = self.start

@@ -206,17 +206,20 @@ class LlamaCppModel(LocalBackend):
             return None
         return forward_branches(self, branches, cache, residual_add)
 
-    def lockstep(self, cache: LlamaCppCache, start: int, limit: int, residual_add=None, timing=None) -> Lockstep | None:
+    def lockstep(self, cache: LlamaCppCache, start: int, limit: int, residual_add=None, timing=None,
+                 nodes: bool = False) -> Lockstep | None:  # fmt: skip
         """Up to cache.sequences paths continuing the cache's `start` positions for at most `limit` tokens each, one
-        llama_decode a level (lockstep.py), or None where the context cannot hold them (read one by one)."""
+        llama_decode a level (lockstep.py), or None where the context cannot hold them (read one by one). nodes: a
+        tree's nodes instead, up to `limit` of them, each a sequence of its own holding its path's cells."""
         if not self._free.alive or not cache._free.alive:
             raise ValueError(f"{self.name} is closed")
-        cells = start + BRANCHES * limit  # the unified cache holds every path's cells
+        sequences = cache.node_sequences if nodes else cache.sequences
+        cells = start + (min(limit, sequences) if nodes else BRANCHES * limit)  # the unified cache holds them all
         if cache.head_scales is not None or cache.length != start or cells > self.context_length:
             return None
         if cells > cache.positions:
             cache.grow(cells)
-        return Lockstep(self, cache, start, residual_add, timing)
+        return Lockstep(self, cache, start, residual_add, timing, sequences)
 
     @property
     def heads_shape(self) -> tuple[int, int]:  # (layers, heads): what head_scales index
