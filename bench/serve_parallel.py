@@ -7,7 +7,9 @@ Each side is a process of its own on SmolLM2's GGUF file, 1 thread, a context of
 sequences gets 4,096 // N on both). N clients start at once, each streaming a completion of --tokens tokens at
 T 0.8, top-k 40, top-p 0.95 with its own seed and prompt (the end token biased off, so every answer is whole).
 Printed per N: time to first token (p50 / p95 over the clients of every round) and the tokens/s of all clients
-together (streamed tokens / the wall time from the first request to the last token).
+together (streamed tokens / the wall time from the first request to the last token). Before the rounds, one
+short request to each server warms both it and this process's client (the first request in a process paid
+~0.5 s of imports and first calls, which fell on whichever side went first).
 """
 
 import argparse
@@ -115,6 +117,8 @@ def main() -> None:
     print(f"SmolLM2 Q4_1, 1 thread, context {CONTEXT}, {args.tokens} tokens a client (T 0.8, top-k 40, top-p 0.95)")
     for n in (int(c) for c in args.clients.split(",")):
         with ours(n) as our_url, theirs(n) as their_url:
+            for url in (our_url, their_url):
+                clients_round(url, 1, 2, end_id)
             firsts, rates = {"ours": [], "llama-server": []}, {"ours": [], "llama-server": []}
             for r in range(args.rounds):
                 order = [("ours", our_url), ("llama-server", their_url)]
