@@ -9,7 +9,9 @@
    sequence per step against one llama_decode of N tokens per step, rounds interleaved. Prints tokens/s of each
    and the ratio.
 
-3. Session.run_seeds of 16 seeds, and a tree expansion of 200 nodes (top 3), against the batched decode of 16 in
+3. 16 sequences each in a KV stream of its own (the server's scheduler), their tokens given in the order of their
+   sequences against a random order each step.
+4. Session.run_seeds of 16 seeds, and a tree expansion of 200 nodes (top 3), against the batched decode of 16 in
    the same round: each node read keeping its cells as a sequence of its own (a row costs a token) against the
    branches fed as a trie each pass (a level's cells removed after it).
 
@@ -37,11 +39,11 @@ PROMPTS = ["The old lighthouse keeper", "Once upon a time", "def add(a, b):", "T
 class Batch:
     """One llama_context of up to 16 sequences (unified KV cache) and its batch."""
 
-    def __init__(self, model, positions=2048, sequences=16):
+    def __init__(self, model, positions=2048, sequences=16, unified=True):
         self.model, llama = model, model.llama
         params = llama.llama_context_default_params()
         params.n_ctx, params.n_batch, params.n_ubatch = positions, 512, 512
-        params.n_seq_max, params.kv_unified, params.no_perf = sequences, True, True
+        params.n_seq_max, params.kv_unified, params.no_perf = sequences, unified, True
         params.n_threads = params.n_threads_batch = model.threads
         self.ctx = llama.llama_init_from_model(model.handle, params)
         self.batch = llama.llama_batch_init(512, 0, sequences)
@@ -96,18 +98,24 @@ def exactness(model, n: int, depth: int) -> tuple[tuple[int, float], tuple[int, 
     return tuple(found[0]), tuple(found[1])
 
 
-def generation_rate(model, n: int, tokens: int, batched: bool) -> float:
+def generation_rate(model, n: int, tokens: int, batched: bool, streams: bool = False, shuffled: bool = False) -> float:
+    """Tokens/s of n sequences generating greedily; streams: a KV stream each (kv_unified off, as the server's
+    scheduler); shuffled: each step's tokens in a random order of their sequences, not 0..n-1."""
     prompts = [model.tokenizer.encode(p) for p in PROMPTS[:n]]
-    ctx = Batch(model)
+    ctx = Batch(model, unified=not streams)
     nxt = [int(np.argmax(ctx.prompt(ids, s))) for s, ids in enumerate(prompts)]
     lengths = [len(p) for p in prompts]
+    order, draw = list(range(n)), np.random.default_rng(0)
     started = time.perf_counter()
     for _ in range(tokens):
+        if shuffled:
+            order = [int(s) for s in draw.permutation(n)]
         if batched:
-            rows = ctx.decode([(nxt[s], lengths[s], s) for s in range(n)])
+            rows = ctx.decode([(nxt[s], lengths[s], s) for s in order])
         else:
-            rows = [ctx.decode([(nxt[s], lengths[s], s)])[0] for s in range(n)]
-        nxt = [int(np.argmax(row)) for row in rows]
+            rows = [ctx.decode([(nxt[s], lengths[s], s)])[0] for s in order]
+        for s, row in zip(order, rows):
+            nxt[s] = int(np.argmax(row))
         lengths = [length + 1 for length in lengths]
     seconds = time.perf_counter() - started
     ctx.close()
@@ -127,8 +135,9 @@ def seeds_rate(model, tokens: int, lockstep: bool) -> float:
     return sum(len(steps) for steps in run.steps.values()) / seconds
 
 
-def expansion_rate(model, kept_cells: bool, nodes: int = 200) -> tuple[float, float]:
-    """Session.expand of `nodes` nodes (top 3, depth 8, the raw model) -> (rows read per second, tokens fed a row);
+def expansion_rate(model, kept_cells: bool, nodes: int = 200) -> tuple[float, float, float]:
+    """Session.expand of `nodes` nodes (top 3, depth 8, the raw model) -> (rows read per second, tokens fed a row,
+    seconds);
     kept_cells False: each pass's branches fed as a trie from the text (branches.py)."""
     from engine.core import expand
 
@@ -150,7 +159,7 @@ def expansion_rate(model, kept_cells: bool, nodes: int = 200) -> tuple[float, fl
         seconds = time.perf_counter() - started
     finally:
         expand._add_children = add_children
-    return rows[0] / seconds, session._context.timing.since(before).tokens / rows[0]
+    return rows[0] / seconds, session._context.timing.since(before).tokens / rows[0], seconds
 
 
 def main() -> None:
@@ -180,6 +189,12 @@ def main() -> None:
         ratios = [b / a for a, b in zip(alone, together)]
         print(f"  n={n:2d}: one at a time {min(alone):.0f}-{max(alone):.0f}, batched {min(together):.0f}-"
               f"{max(together):.0f} tokens/s: {min(ratios):.2f}-{max(ratios):.2f}x")  # fmt: skip
+    print("16 sequences in a KV stream each (the server's scheduler): their tokens in the order of their sequences vs "
+          "in a random order each step")  # fmt: skip
+    for _ in range(args.rounds):
+        ordered = generation_rate(model, 16, args.tokens, batched=True, streams=True)
+        shuffled = generation_rate(model, 16, args.tokens, batched=True, streams=True, shuffled=True)
+        print(f"  in order {ordered:.0f} tokens/s, shuffled {shuffled:.0f}: in order {ordered / shuffled:.2f}x")
     print(f"Session.run_seeds, 16 seeds x {args.tokens} tokens (T 0.8, top-k 40, top-p 0.95), against the batched "
           "decode of 16 (greedy, argmax only) in the same round")  # fmt: skip
     for _ in range(args.rounds):
@@ -190,9 +205,10 @@ def main() -> None:
     print("Session.expand, 200 nodes (top 3, depth 8, raw): rows read per second against the batched decode of 16")
     for _ in range(args.rounds):
         ceiling = generation_rate(model, 16, args.tokens, batched=True)
-        (kept, kept_fed), (trie, trie_fed) = expansion_rate(model, True), expansion_rate(model, False)
+        (kept, kept_fed, kept_s), (trie, trie_fed, trie_s) = expansion_rate(model, True), expansion_rate(model, False)
         print(f"  each node's cells kept {kept:.0f} rows/s ({kept / ceiling:.2f}x of {ceiling:.0f}), {kept_fed:.2f} "
-              f"tokens a row; a trie each pass {trie:.0f} ({trie / ceiling:.2f}x), {trie_fed:.2f} tokens a row")  # fmt: skip
+              f"tokens a row, {kept_s:.2f} s; a trie each pass {trie:.0f} ({trie / ceiling:.2f}x), {trie_fed:.2f} "
+              f"tokens a row, {trie_s:.2f} s")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ are fed, in one pass. Each node's children are read from its one row of scores, 
 is (engine/backends/local.py `alternatives`); nothing is drawn, so expanding uses no random draw.
 
 Where the backend keeps many sequences (llama.cpp), each node read keeps its path's cells as a sequence of its
-own (NodeCells), so a child's row costs one token, its own: up to the context's node sequences, then as above.
+own (NodeCells), so a child's row costs one token, its own: up to the context's node sequences, then as above;
+each such pass runs on a thread of its own while the last pass's children are made.
 
 A level joins the tree only once it is complete: Cancel keeps the finished levels, and the session logs
 the expansion with the levels it finished, so replay makes the very same nodes.
@@ -22,6 +23,7 @@ the expansion with the levels it finished, so replay makes the very same nodes.
 import heapq
 import math
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
@@ -161,28 +163,44 @@ def _level_children(context, settings, expansion: Expansion, frontier, room: int
     kept = []
     read = 0
     order = iter(_reading_order(frontier, room, per_parent))
-    while group := _unskipped(order, frontier, kept, room, cells.per_pass):
+    group = _unskipped(order, frontier, kept, room, cells.per_pass)
+    rows = _pass(context, cells, held, [frontier[index][1] for index in group])
+    while group:
         if cancelled is not None and cancelled():
             return None, read
-        paths = [frontier[index][1] for index in group]
-        rows = cells.read(paths)
-        if rows is None:
-            per_pass, rows = context.branches_per_pass, []
-            for first in range(0, len(paths), per_pass):
-                rows += context.rows_at(held[0], paths[first : first + per_pass])
-                held[0] = paths[min(first + per_pass, len(paths)) - 1]
         read += len(group)
-        for index, row in zip(group, rows):
+        rows_now = rows()
+        # the next pass is chosen and started before this one's children are made, so that it runs meanwhile (the
+        # heap a little behind: a row it would have skipped may be read, the children kept are the same)
+        next_group = _unskipped(order, frontier, kept, room, cells.per_pass)
+        rows = _pass(context, cells, held, [frontier[index][1] for index in next_group])
+        for index, row in zip(group, rows_now):
             _add_children(context, settings, expansion, frontier, index, row, kept, room)
             made(len(kept))
+        group = next_group
     return kept, read
+
+
+def _pass(context, cells: "NodeCells", held: list, paths: list[list[int]]) -> Callable[[], list]:
+    """The rows at the end of each path, read now (the context, branches_per_pass a pass) or started on the
+    node sequences' thread (NodeCells) -> a call that gives them."""
+    if not paths:
+        return list
+    started = cells.start(paths)
+    if started is not None:
+        return started
+    per_pass, rows = context.branches_per_pass, []
+    for first in range(0, len(paths), per_pass):
+        rows += context.rows_at(held[0], paths[first : first + per_pass])
+        held[0] = paths[min(first + per_pass, len(paths)) - 1]
+    return lambda: rows
 
 
 class NodeCells:
     """Each node read keeps its path's cells in a sequence of its own (context.lockstep with nodes: llama.cpp), so
     its children's rows cost a token each, theirs, all in one pass; the cache's own text stays as it was. Never
     given back mid-expansion (a sequence's cells removed leave holes that change the others' rows): once the
-    sequences are spent, or a path's parent is not held, read() says None for good and the context reads."""
+    sequences are spent, or a path's parent is not held, start() says None for good and the context reads."""
 
     PER_PASS = 32  # nodes read in one pass: a token each, so more than the trie's 16 fit (measured: 16-64 alike)
 
@@ -190,28 +208,36 @@ class NodeCells:
         self._open = context.branches_per_pass > 1  # (one branch a pass: the one-by-one reading asked for)
         self.context, self.ids, self.most, self.lockstep = context, list(ids), most, None
         self.seq_of = {tuple(ids): 0}  # a path -> the sequence holding its cells
+        self._thread, self._pending = None, None  # the passes' thread; the last pass started (a Future)
 
     @property
     def per_pass(self) -> int:
         """The nodes the next pass may read: PER_PASS while the sequences may be used, else the context's."""
         return self.PER_PASS if self._open else self.context.branches_per_pass
 
-    def read(self, paths: list[list[int]]) -> list[np.ndarray] | None:
+    def start(self, paths: list[list[int]]) -> Callable[[], list[np.ndarray]] | None:
+        """The pass reading these paths' rows started on a thread of its own (the caller makes the last pass's
+        children meanwhile) -> a call that waits for the rows; None: the context is to read them."""
         parents = [self.seq_of.get(tuple(path[:-1])) for path in paths]
         if self.lockstep is None and self._open and None not in parents:
             self.lockstep = self.context.lockstep(self.ids, self.most, nodes=True)
             self._open = self.lockstep is not None
+            self._thread = ThreadPoolExecutor(1, thread_name_prefix="expansion pass") if self._open else None
         if self.lockstep is None or None in parents or len(self.lockstep.free) < len(paths):
             self.close()  # (the text's own row, read first, is the context's)
             return None
         seqs = [self.lockstep.split(parent) for parent in parents]
-        rows = self.lockstep.read([(seq, path[-1], len(path) - 1) for seq, path in zip(seqs, paths)])
         self.seq_of.update((tuple(path), seq) for seq, path in zip(seqs, paths))
-        return list(rows)
+        self._pending = self._thread.submit(self.lockstep.read, [(s, p[-1], len(p) - 1) for s, p in zip(seqs, paths)])
+        return lambda pending=self._pending: list(pending.result())
 
     def close(self) -> None:
-        """The cache holding the text alone again; later reads are the context's."""
+        """The pass in flight waited for, and the cache holding the text alone again; later reads are the
+        context's."""
         if self.lockstep is not None:
+            if self._pending is not None:
+                wait([self._pending])
+            self._thread.shutdown()
             self.lockstep.close()
             self._open, self.lockstep = False, None
 
