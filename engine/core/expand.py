@@ -169,14 +169,17 @@ def _level_children(context, settings, expansion: Expansion, frontier, room: int
         if cancelled is not None and cancelled():
             return None, read
         read += len(group)
-        rows_now = rows()
-        # the next pass is chosen and started before this one's children are made, so that it runs meanwhile (the
-        # heap a little behind: a row it would have skipped may be read, the children kept are the same)
-        next_group = _unskipped(order, frontier, kept, room, cells.per_pass)
-        rows = _pass(context, cells, held, [frontier[index][1] for index in next_group])
+        rows_now, next_group = rows(), None
+        if cells.lockstep is not None:  # the next pass chosen and started now, to run while this one's children
+            # are made (the heap a little behind: a row it would have skipped may be read; the same children kept)
+            next_group = _unskipped(order, frontier, kept, room, cells.per_pass)
+            rows = _pass(context, cells, held, [frontier[index][1] for index in next_group])
         for index, row in zip(group, rows_now):
             _add_children(context, settings, expansion, frontier, index, row, kept, room)
             made(len(kept))
+        if next_group is None:
+            next_group = _unskipped(order, frontier, kept, room, cells.per_pass)
+            rows = _pass(context, cells, held, [frontier[index][1] for index in next_group])
         group = next_group
     return kept, read
 
