@@ -31,6 +31,7 @@ from engine.core.seeds import MAX_SEEDS, SeedRun
 from engine.core.session import GenerationResult, Session, generate
 from engine.core.session_file import load_session_file, save_session_file, session_document
 from engine.core.settings import LLAMA_CPP_ORDER, MAX_SEED, MAX_TEMPERATURE, SAMPLERS, Settings
+from engine.core.settled import SETTLED_BY, settled_layers
 from engine.core.steering import SteeringVector, steering_preview, steering_vector
 from engine.core.steps import TOP_CANDIDATES, Candidates, Step
 from engine.core.timing import ForwardTiming
@@ -55,5 +56,5 @@ __all__ = [
     "serve_main", "load_rules", "save_rules", "rules_from_json", "rules_to_json",
     "load_session_file", "save_session_file", "session_document",
     "Conversation", "Turn", "chat_prompt", "default_system", "has_template", "prompt_tokens", "reasoning_markers", "resume_at",
-    "split_thinking", "thinking_markers",
+    "split_thinking", "thinking_markers", "SETTLED_BY", "settled_layers",
 ]  # fmt: skip
