@@ -163,24 +163,25 @@ def _level_children(context, settings, expansion: Expansion, frontier, room: int
     kept = []
     read = 0
     order = iter(_reading_order(frontier, room, per_parent))
-    group = _unskipped(order, frontier, kept, room, cells.per_pass)
-    rows = _pass(context, cells, held, [frontier[index][1] for index in group])
+
+    def next_pass():  # -> (the next group, a call giving its rows): its pass started, or read now
+        group = _unskipped(order, frontier, kept, room, cells.per_pass)
+        return group, _pass(context, cells, held, [frontier[index][1] for index in group])
+
+    group, rows = next_pass()
     while group:
         if cancelled is not None and cancelled():
             return None, read
         read += len(group)
-        rows_now, next_group = rows(), None
-        if cells.lockstep is not None:  # the next pass chosen and started now, to run while this one's children
-            # are made (the heap a little behind: a row it would have skipped may be read; the same children kept)
-            next_group = _unskipped(order, frontier, kept, room, cells.per_pass)
-            rows = _pass(context, cells, held, [frontier[index][1] for index in next_group])
+        # on the node sequences' thread, the next pass is chosen and started now, to run while this one's children
+        # are made (the heap a little behind: a row it would have skipped may be read; the same children are kept)
+        rows_now, ahead = rows(), cells.lockstep is not None
+        if ahead:
+            following = next_pass()
         for index, row in zip(group, rows_now):
             _add_children(context, settings, expansion, frontier, index, row, kept, room)
             made(len(kept))
-        if next_group is None:
-            next_group = _unskipped(order, frontier, kept, room, cells.per_pass)
-            rows = _pass(context, cells, held, [frontier[index][1] for index in next_group])
-        group = next_group
+        group, rows = following if ahead else next_pass()
     return kept, read
 
 

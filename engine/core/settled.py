@@ -43,9 +43,9 @@ def _top1(scores) -> np.ndarray:  # [c, V] -> [c] the best id of each row, ties 
 
 
 def _chosen(scores, choice, by: str) -> np.ndarray:  # [c, V] scores, [c] ids -> [c] bool
-    mine = scores[np.arange(len(choice)), choice][:, None]  # [c, 1]
     if by == "top1":
         return _top1(scores) == choice
+    mine = scores[np.arange(len(choice)), choice][:, None]  # [c, 1]
     if by == "top5":  # ranked as the chart ranks: those above it, and those level with it at a lower id
         ids = np.arange(scores.shape[-1])
         ahead = (scores > mine).sum(axis=-1) + ((scores == mine) & (ids < choice[:, None])).sum(axis=-1)
